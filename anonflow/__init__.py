@@ -1,0 +1,3 @@
+"""anonflow: privacy-preserving publication of tabular microdata."""
+
+__version__ = "0.1.0"

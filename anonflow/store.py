@@ -1,0 +1,466 @@
+"""The DuckDB store: source tables, every step's output table, and their lineage.
+
+This is the only module of the engine that talks to DuckDB. Identifiers are quoted by
+:func:`ident`; values are always passed as parameters. Internal tables are created by the
+numbered, append-only migrations in :data:`MIGRATIONS`.
+
+Data tables are content-addressed (``t_<hash prefix>``): a table is written once and never
+overwritten, so a failed run cannot damage the results of an earlier one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import duckdb
+import pyarrow as pa
+
+from .errors import InputError, StoreError
+from .schema import RESERVED, ROW, Typing
+from .spec import SourceSpec
+from .table import TypedTable, canonical, table_hash
+
+#: Numbered migrations; append only, never edit one that has shipped.
+MIGRATIONS: list[tuple[str, str]] = [
+    ("create lineage tables", """
+        CREATE TABLE af_tables (
+            name        VARCHAR PRIMARY KEY,  -- DuckDB table holding the data
+            hash        VARCHAR NOT NULL,     -- identity: data hash + typing + claims
+            data_hash   VARCHAR NOT NULL,     -- canonical content hash (anonflow.table.table_hash)
+            rows        BIGINT NOT NULL,
+            typing      JSON,                 -- anonflow.schema.Typing, null for untyped sources
+            claims      JSON,                 -- privacy models claimed by the producing algorithm
+            created_run VARCHAR,
+            created_step VARCHAR,
+            created_at  TIMESTAMPTZ
+        );
+        CREATE TABLE af_runs (
+            run_id        VARCHAR PRIMARY KEY,
+            workflow      VARCHAR NOT NULL,   -- the workflow's name
+            workflow_path VARCHAR,
+            workflow_text VARCHAR NOT NULL,
+            workflow_hash VARCHAR NOT NULL,
+            seed          BIGINT NOT NULL,
+            overrides     JSON,               -- --set STEP.PARAM=VALUE, in order
+            versions      JSON,               -- anonflow, plugins, duckdb, pyarrow, numpy, python
+            status        VARCHAR NOT NULL,   -- running | succeeded | failed
+            error         VARCHAR,
+            started_at    TIMESTAMPTZ NOT NULL,
+            finished_at   TIMESTAMPTZ
+        );
+        CREATE TABLE af_step_runs (
+            run_id       VARCHAR NOT NULL,
+            step         VARCHAR NOT NULL,
+            position     INTEGER NOT NULL,    -- execution order within the run
+            kind         VARCHAR NOT NULL,    -- source | typing | algorithm | evaluate | publish
+            uses         VARCHAR NOT NULL,
+            plugin_version VARCHAR,
+            params       JSON,                -- canonical JSON, defaults filled in
+            seed         UBIGINT,             -- the step's own seed (workflow seed + step name)
+            fingerprint  VARCHAR,
+            inputs       JSON,                -- [{"name", "table", "hash"}]
+            output_table VARCHAR,
+            output_hash  VARCHAR,
+            rows         BIGINT,
+            seconds      DOUBLE,
+            status       VARCHAR NOT NULL,    -- succeeded | cached | failed
+            cached_from  VARCHAR,             -- run id whose result was reused
+            summary      JSON,                -- notes and counts reported by the step
+            error        VARCHAR,
+            PRIMARY KEY (run_id, step)
+        );
+        CREATE TABLE af_lineage (
+            run_id VARCHAR NOT NULL,
+            parent VARCHAR NOT NULL,          -- table name or file path
+            child  VARCHAR NOT NULL,
+            step   VARCHAR NOT NULL
+        );
+        CREATE TABLE af_metrics (
+            run_id VARCHAR NOT NULL,
+            step   VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            value  DOUBLE,
+            PRIMARY KEY (run_id, step, metric)
+        );
+        CREATE TABLE af_outputs (
+            run_id VARCHAR NOT NULL,
+            step   VARCHAR NOT NULL,
+            path   VARCHAR NOT NULL,
+            sha256 VARCHAR NOT NULL,
+            rows   BIGINT NOT NULL
+        );
+    """),
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def ident(name: str) -> str:
+    """Quote an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _arrow(rel: Any) -> pa.Table:
+    fetch = getattr(rel, "to_arrow_table", None) or rel.fetch_arrow_table
+    return fetch()
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A table in the store."""
+
+    table: str
+    hash: str
+    rows: int
+
+
+def _read_expr(src: SourceSpec) -> tuple[str, list[Any]]:
+    """SQL (and its parameters) that reads a file source."""
+    if src.format == "parquet":
+        return "SELECT * FROM read_parquet(?)", [str(src.path)]
+    opts = src.options
+    args = ["sample_size = -1"]  # sniff types on the whole file: no late surprises
+    params: list[Any] = [str(src.path)]
+    if "delimiter" in opts:
+        args.append("delim = ?")
+        params.append(str(opts["delimiter"]))
+    if "header" in opts:
+        args.append("header = ?")
+        params.append(bool(opts["header"]))
+    if "quote" in opts:
+        args.append("quote = ?")
+        params.append(str(opts["quote"]))
+    if "na_values" in opts:
+        args.append("nullstr = ?")
+        params.append([str(v) for v in opts["na_values"]])
+    if "types" in opts:
+        args.append("types = ?")
+        params.append({str(k): str(v) for k, v in opts["types"].items()})
+    return f"SELECT * FROM read_csv(?, {', '.join(args)})", params
+
+
+def _check_source_file(src: SourceSpec) -> None:
+    if src.path is None or not src.path.exists():
+        raise InputError(f"file not found: {src.path}", where=f"source {src.name!r}")
+    if src.path.is_dir():
+        raise InputError(f"{src.path} is a directory, expected a file", where=f"source {src.name!r}")
+
+
+def _duck_message(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:400]
+
+
+def read_source(src: SourceSpec) -> pa.Table:
+    """Read a source into Arrow (no ``_row`` column yet); errors name the source and file."""
+    where = f"source {src.name!r}"
+    if src.format == "duckdb":
+        if src.path is not None:
+            _check_source_file(src)
+        try:
+            con = duckdb.connect(str(src.path), read_only=True) if src.path else duckdb.connect()
+        except duckdb.Error as exc:
+            raise InputError(f"cannot open DuckDB file {src.path}: {_duck_message(exc)}", where=where) from None
+        try:
+            return _arrow(con.sql(f"SELECT * FROM {ident(src.table or '')}"))
+        except duckdb.Error as exc:
+            raise InputError(f"cannot read table {src.table!r}: {_duck_message(exc)}", where=where) from None
+        finally:
+            con.close()
+    _check_source_file(src)
+    sql, params = _read_expr(src)
+    con = duckdb.connect()
+    try:
+        return _arrow(con.execute(sql, params))
+    except duckdb.Error as exc:
+        raise InputError(f"cannot read {src.path}: {_duck_message(exc)}", where=where) from None
+    finally:
+        con.close()
+
+
+def describe_source(src: SourceSpec) -> list[tuple[str, str]]:
+    """Column names and DuckDB types of a source, without loading it all (for planning)."""
+    where = f"source {src.name!r}"
+    if src.format == "duckdb":
+        return [(f.name, str(f.type)) for f in read_source(src).schema]
+    _check_source_file(src)
+    sql, params = _read_expr(src)
+    con = duckdb.connect()
+    try:
+        rel = con.execute(f"DESCRIBE {sql}", params)
+        return [(r[0], r[1]) for r in rel.fetchall()]
+    except duckdb.Error as exc:
+        raise InputError(f"cannot read {src.path}: {_duck_message(exc)}", where=where) from None
+    finally:
+        con.close()
+
+
+class Store:
+    """One DuckDB file holding data tables and the lineage of every run."""
+
+    def __init__(self, path: str | Path = "anonflow.duckdb", *, read_only: bool = False) -> None:
+        self.path = Path(path)
+        if read_only and not self.path.exists():
+            raise StoreError(f"no anonflow store at {self.path} (run a workflow first, or pass --db)")
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.Error as exc:
+            msg = _duck_message(exc)
+            if "lock" in msg.lower():
+                msg = "it is in use by another process (DuckDB allows one writer at a time)"
+            raise StoreError(f"cannot open store {self.path}: {msg}") from None
+        if read_only:
+            self._check_schema()
+        else:
+            self._migrate()
+
+    # -- schema -------------------------------------------------------------------------
+
+    def _applied(self) -> int:
+        exists = self._one(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'af_migrations'")[0]
+        if not exists:
+            return 0
+        return int(self._one("SELECT coalesce(max(version), 0) FROM af_migrations")[0])
+
+    def _check_schema(self) -> None:
+        applied = self._applied()
+        if applied == 0:
+            raise StoreError(f"{self.path} is not an anonflow store")
+        if applied > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} was written by a newer anonflow (schema {applied} > {SCHEMA_VERSION})")
+
+    def _migrate(self) -> None:
+        self.con.execute("CREATE TABLE IF NOT EXISTS af_migrations (version INTEGER PRIMARY KEY, "
+                         "name VARCHAR, applied_at TIMESTAMPTZ)")
+        applied = self._applied()
+        if applied > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} was written by a newer anonflow (schema {applied} > {SCHEMA_VERSION})")
+        for version, (name, sql) in enumerate(MIGRATIONS, start=1):
+            if version <= applied:
+                continue
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                self.con.execute(sql)
+                self.con.execute("INSERT INTO af_migrations VALUES (?, ?, ?)", [version, name, _now()])
+                self.con.execute("COMMIT")
+            except Exception:
+                self.con.execute("ROLLBACK")
+                raise
+
+    def _one(self, sql: str, params: list[Any] | None = None) -> tuple | None:
+        """First row of a query (the result is read to the end, as DuckDB requires)."""
+        rows = self.con.execute(sql, params or []).fetchall()
+        return rows[0] if rows else None
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- SQL for plugins -----------------------------------------------------------------
+
+    def sql(self, query: str, params: list[Any] | None = None, **tables: pa.Table) -> pa.Table:
+        """Run ``query`` with each keyword's Arrow table visible under that name."""
+        registered = []
+        try:
+            for name, table in tables.items():
+                if isinstance(table, TypedTable):
+                    table = table.data
+                self.con.register(name, table)
+                registered.append(name)
+            return _arrow(self.con.execute(query, params or []))
+        finally:
+            for name in registered:
+                self.con.unregister(name)
+
+    # -- data tables ---------------------------------------------------------------------
+
+    def put(self, table: TypedTable | pa.Table, *, run_id: str | None = None,
+            step: str | None = None) -> Artifact:
+        """Store a table (content-addressed by its data, typing and claims) and return its record."""
+        typed = table if isinstance(table, TypedTable) else None
+        data = canonical(typed.data if typed else table)
+        data_hash = table_hash(data)
+        typing_json = typed.typing.dumps() if typed else None
+        claims_json = _json(typed.claims) if typed else None
+        digest = data_hash if typed is None else hashlib.sha256(
+            f"{data_hash}\0{typing_json}\0{claims_json}".encode()).hexdigest()
+        name = f"t_{digest[:24]}"
+        if self.artifact(name) is not None:
+            return Artifact(name, digest, data.num_rows)
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            self.con.register("_af_incoming", data)
+            self.con.execute(f"CREATE TABLE {ident(name)} AS SELECT * FROM _af_incoming")
+            self.con.unregister("_af_incoming")
+            self.con.execute("INSERT INTO af_tables VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             [name, digest, data_hash, data.num_rows, typing_json, claims_json, run_id, step, _now()])
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+        return Artifact(name, digest, data.num_rows)
+
+    def get(self, name: str) -> TypedTable:
+        row = self._one("SELECT typing, claims FROM af_tables WHERE name = ?", [name])
+        if row is None:
+            raise StoreError(f"table {name} is not in the store {self.path}")
+        order = f" ORDER BY {ident(ROW)}"
+        data = _arrow(self.con.sql(f"SELECT * FROM {ident(name)}{order}"))
+        typing = Typing.from_json(json.loads(row[0])) if row[0] else Typing()
+        claims = json.loads(row[1]) if row[1] else {}
+        return TypedTable(data, typing, claims)
+
+    def artifact(self, name: str) -> Artifact | None:
+        row = self._one("SELECT name, hash, rows FROM af_tables WHERE name = ?", [name])
+        return Artifact(*row) if row else None
+
+    def load_source(self, src: SourceSpec, *, run_id: str, file_hash: str) -> Artifact:
+        """Read a source, number its records (``_row``) and store it."""
+        data = read_source(src)
+        clash = [c for c in data.column_names if c in RESERVED]
+        if clash:
+            raise InputError(f"column name {clash[0]!r} is reserved by anonflow; rename it in {src.describe()}",
+                             where=f"source {src.name!r}")
+        data = data.add_column(0, ROW, pa.array(range(data.num_rows), type=pa.int64()))
+        return self.put(data, run_id=run_id, step=src.name)
+
+    def view(self, name: str, table: str) -> None:
+        """Point the convenience view ``steps."<workflow>.<step>"`` at a step's latest output."""
+        self.con.execute("CREATE SCHEMA IF NOT EXISTS steps")
+        self.con.execute(f"CREATE OR REPLACE VIEW steps.{ident(name)} AS SELECT * FROM {ident(table)}")
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def begin_run(self, *, workflow: str, path: str, text: str, text_hash: str, seed: int,
+                  overrides: list, versions: dict) -> str:
+        run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+        self.con.execute("INSERT INTO af_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', NULL, ?, NULL)",
+                         [run_id, workflow, path, text, text_hash, seed, _json(overrides), _json(versions), _now()])
+        return run_id
+
+    def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
+        self.con.execute("UPDATE af_runs SET status = ?, error = ?, finished_at = ? WHERE run_id = ?",
+                         [status, error, _now(), run_id])
+
+    def record_step(self, run_id: str, rec: dict[str, Any], *, metrics: dict[str, float] | None = None,
+                    outputs: Iterable[dict[str, Any]] = (), lineage: Iterable[tuple[str, str]] = ()) -> None:
+        """Record one step run with its metric values, output files and lineage edges, atomically."""
+        cols = ["position", "kind", "uses", "plugin_version", "params", "seed", "fingerprint", "inputs",
+                "output_table", "output_hash", "rows", "seconds", "status", "cached_from", "summary", "error"]
+        values = [rec.get(c) for c in cols]
+        for i, c in enumerate(cols):
+            if c in ("params", "inputs", "summary") and values[i] is not None:
+                values[i] = _json(values[i])
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            self.con.execute(f"INSERT INTO af_step_runs (run_id, step, {', '.join(cols)}) "
+                             f"VALUES (?, ?, {', '.join('?' * len(cols))})", [run_id, rec["step"], *values])
+            for name, value in (metrics or {}).items():
+                self.con.execute("INSERT INTO af_metrics VALUES (?, ?, ?, ?)", [run_id, rec["step"], name, value])
+            for out in outputs:
+                self.con.execute("INSERT INTO af_outputs VALUES (?, ?, ?, ?, ?)",
+                                 [run_id, rec["step"], out["path"], out["sha256"], out["rows"]])
+            for parent, child in lineage:
+                self.con.execute("INSERT INTO af_lineage VALUES (?, ?, ?, ?)", [run_id, parent, child, rec["step"]])
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+
+    def cached_step(self, fingerprint: str) -> dict[str, Any] | None:
+        """The latest successful step run with this fingerprint whose output still exists."""
+        rows = self._dicts(
+            "SELECT s.* FROM af_step_runs s JOIN af_runs r USING (run_id) "
+            "WHERE s.fingerprint = ? AND s.status IN ('succeeded', 'cached') "
+            "ORDER BY r.started_at DESC LIMIT 1", [fingerprint])
+        if not rows:
+            return None
+        rec = rows[0]
+        if rec["output_table"] and self.artifact(rec["output_table"]) is None:
+            return None
+        rec["metrics"] = dict(self.con.execute(
+            "SELECT metric, value FROM af_metrics WHERE run_id = ? AND step = ? ORDER BY metric",
+            [rec["run_id"], rec["step"]]).fetchall())
+        return rec
+
+    # -- queries for the CLI -------------------------------------------------------------
+
+    def _dicts(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql, params or [])
+        names = [d[0] for d in cur.description]
+        out = []
+        for row in cur.fetchall():
+            rec = dict(zip(names, row))
+            for key in ("params", "inputs", "summary", "overrides", "versions", "typing", "claims"):
+                if isinstance(rec.get(key), str):
+                    rec[key] = json.loads(rec[key])
+            out.append(rec)
+        return out
+
+    def runs(self, limit: int = 20) -> list[dict[str, Any]]:
+        return self._dicts("SELECT run_id, workflow, workflow_path, seed, status, error, started_at, finished_at "
+                           "FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT ?", [limit])
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        rows = self._dicts("SELECT * FROM af_runs WHERE run_id = ? OR run_id LIKE ? ORDER BY started_at DESC",
+                           [run_id, run_id + "%"])
+        if not rows:
+            raise StoreError(f"no run {run_id!r} in {self.path}")
+        if len(rows) > 1 and rows[0]["run_id"] != run_id:
+            raise StoreError(f"run id prefix {run_id!r} is ambiguous: {', '.join(r['run_id'] for r in rows[:5])}")
+        return rows[0]
+
+    def steps(self, run_id: str) -> list[dict[str, Any]]:
+        return self._dicts("SELECT * FROM af_step_runs WHERE run_id = ? ORDER BY position", [run_id])
+
+    def metrics(self, run_id: str) -> dict[str, float]:
+        rows = self.con.execute("SELECT m.step, m.metric, m.value FROM af_metrics m JOIN af_step_runs s "
+                                "USING (run_id, step) WHERE run_id = ? ORDER BY s.position, m.metric",
+                                [run_id]).fetchall()
+        return {f"{step}.{metric}": value for step, metric, value in rows}
+
+    def outputs(self, run_id: str) -> list[dict[str, Any]]:
+        return self._dicts("SELECT o.step, o.path, o.sha256, o.rows FROM af_outputs o JOIN af_step_runs s "
+                           "USING (run_id, step) WHERE run_id = ? ORDER BY s.position, o.path", [run_id])
+
+    def find_producer(self, target: str) -> dict[str, Any] | None:
+        """The latest step run that produced ``target``: a table name, a file path or a step name."""
+        for sql in (
+            "SELECT s.* FROM af_step_runs s JOIN af_runs r USING (run_id) WHERE s.output_table = ? "
+            "ORDER BY r.started_at DESC LIMIT 1",
+            "SELECT s.* FROM af_outputs o JOIN af_step_runs s USING (run_id, step) JOIN af_runs r USING (run_id) "
+            "WHERE o.path = ? ORDER BY r.started_at DESC LIMIT 1",
+        ):
+            rows = self._dicts(sql, [target])
+            if rows:
+                return rows[0]
+        return None
+
+    def step_in_run(self, run_id: str, step: str) -> dict[str, Any] | None:
+        rows = self._dicts("SELECT * FROM af_step_runs WHERE run_id = ? AND step = ?", [run_id, step])
+        return rows[0] if rows else None
+
+    def latest_run_with_step(self, step: str) -> str | None:
+        row = self._one("SELECT r.run_id FROM af_step_runs s JOIN af_runs r USING (run_id) WHERE s.step = ? "
+                               "ORDER BY r.started_at DESC LIMIT 1", [step])
+        return row[0] if row else None
