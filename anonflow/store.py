@@ -185,7 +185,7 @@ def read_source(src: SourceSpec) -> pa.Table:
     sql, params = _read_expr(src)
     con = duckdb.connect()
     try:
-        return _arrow(con.execute(sql, params))
+        return _arrow(con.sql(sql, params=params))
     except duckdb.Error as exc:
         raise InputError(f"cannot read {src.path}: {_duck_message(exc)}", where=where) from None
     finally:
@@ -287,7 +287,7 @@ class Store:
                     table = table.data
                 self.con.register(name, table)
                 registered.append(name)
-            return _arrow(self.con.execute(query, params or []))
+            return _arrow(self.con.sql(query, params=params) if params else self.con.sql(query))
         finally:
             for name in registered:
                 self.con.unregister(name)

@@ -1,0 +1,157 @@
+"""The public API for plugin authors.
+
+Everything a plugin needs is importable from here::
+
+    from anonflow.api import Algorithm, Metric, Publisher, Param, StepContext, hookimpl
+
+A plugin object is an instance of one of the three base classes below, with a short stable
+``name`` (third parties prefix theirs: ``acme.discernibility``), a ``version``, a one-line
+``description`` and its declared ``params``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import AnonflowError, InputError, PluginError, RunError
+from .hookspecs import hookimpl
+from .params import REQUIRED, Param
+from .schema import CLASS, ROW, Attribute, Typing
+from .table import TypedTable
+
+__all__ = [
+    "Algorithm", "Metric", "Publisher", "Param", "REQUIRED", "StepContext", "Output",
+    "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
+    "InputError", "RunError", "PluginError", "atomic_write",
+]
+
+
+class Plugin:
+    """Common declaration of every plugin object."""
+
+    kind: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    params: ClassVar[tuple[Param, ...]] = ()
+
+    def check(self, params: Mapping[str, Any], **tables: TypedTable) -> None:
+        """Reject unsuitable input before any work is done (raise :class:`InputError`).
+
+        Called with the validated parameters and the step's input tables, right before
+        ``run`` / ``compute`` / ``publish``. The default accepts everything.
+        """
+
+
+class Algorithm(Plugin):
+    """An anonymization algorithm."""
+
+    kind = "algorithm"
+
+    def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """The privacy models this algorithm guarantees for these parameters.
+
+        Example: ``{"k-anonymity": {"k": params["k"]}}``. Privacy-check metrics use the
+        claim as their default threshold, so a broken algorithm fails its own run.
+        """
+        return {}
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: "StepContext") -> TypedTable:
+        """Anonymize ``table``; return a table with the same records (same ``_row`` set),
+        a ``_class`` column and the published quasi-identifier values."""
+        raise NotImplementedError
+
+
+class Metric(Plugin):
+    """A utility metric, disclosure-risk measure, or privacy check."""
+
+    kind = "metric"
+    #: "utility", "risk" or "privacy" (privacy checks report ``<name>.holds``).
+    category: ClassVar[str] = "utility"
+    #: whether the metric needs the original table (evaluate steps then take two inputs).
+    requires_original: ClassVar[bool] = True
+
+    def compute(self, original: TypedTable | None, anonymized: TypedTable,
+                params: Mapping[str, Any], ctx: "StepContext") -> dict[str, float]:
+        """Return named numbers. Keys are ``<name>`` for the headline value and
+        ``<name>.<detail>`` for the rest."""
+        raise NotImplementedError
+
+
+class Publisher(Plugin):
+    """Writes a table out."""
+
+    kind = "publisher"
+
+    def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: "StepContext") -> list["Output"]:
+        """Write ``table`` and return one :class:`Output` per file written."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Output:
+    """One file written by a publisher."""
+
+    path: str
+    sha256: str
+    rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "rows": self.rows}
+
+
+@dataclass
+class StepContext:
+    """What the engine hands a plugin while it runs a step."""
+
+    step: str
+    seed: int
+    rng: np.random.Generator
+    workflow_dir: Path
+    output_dir: Path
+    #: run a SQL query against named Arrow tables in the store's DuckDB connection.
+    sql: Callable[..., pa.Table]
+    #: ``progress(total, label)`` returns a callable ``advance(n)``; quiet unless on a TTY.
+    progress: Callable[[int, str], Callable[[int], None]] = lambda total, label="": (lambda n=1: None)
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, message: str) -> None:
+        """Record a remark in the step's summary (shown by ``anonflow runs RUN_ID``)."""
+        self.notes.append(message)
+
+    def resolve_output(self, path: str) -> Path:
+        """An output path as given in the workflow, resolved against the output directory."""
+        p = Path(path)
+        return p if p.is_absolute() else (self.output_dir / p)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> str:
+    """Call ``write(tmp_path)`` then atomically rename onto ``path``; return the file's sha256.
+
+    A failure inside ``write`` leaves no file at ``path`` (and no temporary file behind).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        digest = file_sha256(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return digest

@@ -1,0 +1,493 @@
+"""The built-in steps: ``typing``, ``evaluate`` and ``publish``.
+
+Algorithms, metrics and publishers are plugins; these three steps are the engine's own
+glue around them. Each declares its parameters like a plugin does, checks what it can
+before anything runs (:meth:`Builtin.validate`), and then runs on Arrow tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .api import Output, StepContext
+from .errors import InputError, RunError, WorkflowError
+from .params import Param, ParamError, suggest, validate_params
+from .schema import CLASS, ROW, TYPES, Attribute, Typing
+from .table import TypedTable
+
+MISSING_CATEGORY = "?"
+
+
+@dataclass(frozen=True)
+class StaticInput:
+    """What planning knows about an input table before anything runs."""
+
+    name: str
+    columns: tuple[str, ...] | None  # None: unknown until run time
+    typed: bool
+
+
+class Builtin:
+    uses: str = ""
+    kind: str = ""
+    produces: str = "table"  # table | metrics | files
+    min_inputs: int = 1
+    max_inputs: int = 1
+    params: tuple[Param, ...] = ()
+    description: str = ""
+
+    def check_params(self, given: Mapping[str, Any], registry: Any, where: str) -> dict[str, Any]:
+        """Validate the step's ``with:`` block; return it with defaults filled in."""
+        try:
+            return validate_params(self.params, given)
+        except ParamError as exc:
+            raise WorkflowError(str(exc), where=where) from None
+
+    def validate(self, params: dict[str, Any], inputs: Sequence[StaticInput], registry: Any,
+                 where: str) -> tuple[str, ...] | None:
+        """Static checks; return the output columns if known."""
+        return None
+
+
+# -- typing ----------------------------------------------------------------------------
+
+_ROLE_PARAMS = ("quasi", "sensitive", "label", "insensitive", "identifier")
+
+
+def _role_entries(value: Any, role: str, where: str) -> dict[str, dict[str, Any]]:
+    """Normalize ``[a, b]`` or ``{a: type, b: {type: ordinal, order: [...]}}`` to ``{col: spec}``."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)):
+        out = {}
+        for item in value:
+            if isinstance(item, Mapping):
+                for k, v in item.items():
+                    out[str(k)] = _type_spec(v, role, str(k), where)
+            else:
+                out[str(item)] = {}
+        return out
+    if isinstance(value, Mapping):
+        return {str(k): _type_spec(v, role, str(k), where) for k, v in value.items()}
+    raise WorkflowError(f"parameter {role!r}: expected a list of columns or a mapping column -> type, got {value!r}",
+                        where=where)
+
+
+def _type_spec(value: Any, role: str, column: str, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        value = {"type": value}
+    if not isinstance(value, Mapping):
+        raise WorkflowError(f"{role} column {column!r}: expected a type name or {{type: ..., order: [...]}}, got {value!r}",
+                            where=where)
+    spec = dict(value)
+    for key in spec:
+        if key not in ("type", "order", "weights"):
+            raise WorkflowError(f"{role} column {column!r}: unknown key {key!r}{suggest(key, ('type', 'order', 'weights'))}",
+                                where=where)
+    t = spec.get("type")
+    if t is not None and t not in TYPES:
+        raise WorkflowError(f"{role} column {column!r}: type must be one of {', '.join(TYPES)}, got {t!r}"
+                            f"{suggest(str(t), TYPES)}", where=where)
+    if "order" in spec:
+        if t not in (None, "ordinal"):
+            raise WorkflowError(f"{role} column {column!r}: 'order' is only for ordinal columns", where=where)
+        spec["type"] = "ordinal"
+        order = spec["order"]
+        if not isinstance(order, list) or len(order) < 2:
+            raise WorkflowError(f"{role} column {column!r}: 'order' must list at least two categories", where=where)
+        if len(set(map(str, order))) != len(order):
+            raise WorkflowError(f"{role} column {column!r}: 'order' lists a category twice", where=where)
+    elif t == "ordinal":
+        raise WorkflowError(f"{role} column {column!r}: an ordinal column needs 'order' (its categories, lowest first)",
+                            where=where)
+    if "weights" in spec:
+        w = spec["weights"]
+        n = len(spec.get("order") or [])
+        if not isinstance(w, list) or len(w) != n - 1 or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in w):
+            raise WorkflowError(f"{role} column {column!r}: 'weights' must be {n - 1} positive numbers "
+                                "(one per step between consecutive categories)", where=where)
+    return spec
+
+
+class TypingStep(Builtin):
+    uses = kind = "typing"
+    description = "Give each column a role and each quasi-identifier a type (SPEC section 1)."
+    params = (
+        Param("quasi", "any", default=[], help="quasi-identifiers: list, or mapping column -> type"),
+        Param("sensitive", "any", default=[], help="sensitive attributes: list, or mapping column -> type"),
+        Param("label", "any", default=[], help="class label(s) used only by utility metrics"),
+        Param("insensitive", "any", default=[], help="columns published unchanged"),
+        Param("identifier", "any", default=[], help="direct identifiers: dropped"),
+        Param("others", "str", default="insensitive", choices=("insensitive", "drop"),
+              help="role of columns not named above"),
+        Param("missing", "str", default="error", choices=("error", "drop", "category"),
+              help="missing values: fail, drop the record (counted), or make them a category"),
+        Param("missing_values", "list", items="str", default=[],
+              help="extra strings that mean 'missing' (e.g. '?'); empty cells are always missing"),
+    )
+
+    def roles(self, params: Mapping[str, Any], where: str) -> dict[str, tuple[str, dict[str, Any]]]:
+        out: dict[str, tuple[str, dict[str, Any]]] = {}
+        for role in _ROLE_PARAMS:
+            for col, spec in _role_entries(params.get(role), role, where).items():
+                if col in out:
+                    raise WorkflowError(f"column {col!r} is given two roles: {out[col][0]} and {role}", where=where)
+                if role == "identifier" and spec:
+                    raise WorkflowError(f"identifier column {col!r} is dropped; it takes no type", where=where)
+                out[col] = (role, spec)
+        return out
+
+    def validate(self, params, inputs, registry, where):
+        roles = self.roles(params, where)
+        if not any(r == "quasi" for r, _ in roles.values()):
+            raise WorkflowError("name at least one quasi-identifier under 'quasi'", where=where)
+        cols = inputs[0].columns
+        if cols is None:
+            return None
+        for col in roles:
+            if col not in cols:
+                raise WorkflowError(f"column {col!r} is not in input {inputs[0].name!r}{suggest(col, cols)}; "
+                                    f"its columns are: {', '.join(c for c in cols if c != ROW)}", where=where)
+        keep = [c for c in cols if c == ROW or (c in roles and roles[c][0] != "identifier")
+                or (c not in roles and params["others"] == "insensitive")]
+        return tuple(keep)
+
+    def run(self, table: pa.Table, params: Mapping[str, Any], ctx: StepContext, where: str) -> tuple[TypedTable, dict]:
+        roles = self.roles(params, where)
+        summary: dict[str, Any] = {"records_in": table.num_rows}
+        keep = [c for c in table.column_names if c != ROW and (
+            (c in roles and roles[c][0] != "identifier") or (c not in roles and params["others"] == "insensitive"))]
+        dropped_cols = [c for c in table.column_names if c != ROW and c not in keep]
+        if dropped_cols:
+            summary["columns_dropped"] = dropped_cols
+        table = table.select([ROW, *keep])
+
+        # missing values: nulls, plus the declared markers in string columns
+        markers = pa.array(list(params["missing_values"]), type=pa.string())
+        missing_masks = {}
+        for c in keep:
+            col = table.column(c)
+            mask = pc.is_null(col)
+            if len(markers) and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+                mask = pc.or_(mask, pc.fill_null(pc.is_in(col, value_set=markers), False))
+            n_missing = pc.sum(mask).as_py() or 0
+            if n_missing:
+                missing_masks[c] = (mask, n_missing)
+        if missing_masks:
+            policy = params["missing"]
+            counts = {c: n for c, (_, n) in missing_masks.items()}
+            if policy == "error":
+                c, (mask, n) = next(iter(missing_masks.items()))
+                first = int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
+                raise InputError(f"column {c!r} has {n} missing value(s), the first in record {first + 1}; "
+                                 "set missing: drop (drop those records, counted) or missing: category",
+                                 where=where)
+            if policy == "drop":
+                any_missing = None
+                for mask, _ in missing_masks.values():
+                    any_missing = mask if any_missing is None else pc.or_(any_missing, mask)
+                table = table.filter(pc.invert(any_missing))
+                summary["records_dropped_missing"] = summary["records_in"] - table.num_rows
+                summary["missing_by_column"] = counts
+                ctx.note(f"dropped {summary['records_dropped_missing']} record(s) with missing values "
+                         f"({', '.join(f'{c}: {n}' for c, n in counts.items())})")
+            else:  # category
+                for c, (mask, _) in missing_masks.items():
+                    col = table.column(c)
+                    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+                        raise InputError(f"column {c!r} is numeric: missing values cannot be a category; "
+                                         "use missing: drop", where=where)
+                    filled = pc.if_else(mask, pa.scalar(MISSING_CATEGORY), col)
+                    table = table.set_column(table.column_names.index(c), c, filled)
+                summary["missing_as_category"] = counts
+                ctx.note(f"missing values became the category {MISSING_CATEGORY!r} "
+                         f"({', '.join(f'{c}: {n}' for c, n in counts.items())})")
+
+        attributes = []
+        for c in keep:
+            role, spec = roles.get(c, ("insensitive", {}))
+            col = table.column(c)
+            declared = spec.get("type")
+            typ = declared or (infer_type(col) if role in ("quasi", "sensitive", "label") else None)
+            if not declared and typ == "nominal" and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+                _check_mostly_numeric(table, c, ctx, where)
+            if typ == "continuous":
+                col = _as_number(table, c, ctx, where)
+            elif typ == "semantic":
+                col = _as_codes(col, c, where)
+            elif typ == "ordinal":
+                _check_order(col, c, spec["order"], where)
+            if col is not table.column(c):
+                table = table.set_column(table.column_names.index(c), c, col)
+            attributes.append(Attribute(
+                name=c, role=role, type=typ,
+                order=tuple(map(str, spec["order"])) if "order" in spec else None,
+                weights=tuple(float(w) for w in spec["weights"]) if "weights" in spec else None,
+                source="declared" if declared else ("inferred" if typ else "declared")))
+        summary["records_out"] = table.num_rows
+        summary["typing"] = {a.name: f"{a.role}:{a.type}" if a.type else a.role for a in attributes}
+        return TypedTable(table, Typing(tuple(attributes), params["missing"])), summary
+
+
+def infer_type(col: pa.ChunkedArray) -> str:
+    """SPEC section 1 inference: numbers are continuous; equal-length digit strings are
+    semantic codes; other strings are nominal."""
+    t = col.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "continuous"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        values = pc.drop_null(col)
+        if len(values):
+            lengths = pc.utf8_length(values)
+            if pc.all(pc.utf8_is_digit(values)).as_py() and pc.min(lengths).as_py() == pc.max(lengths).as_py() \
+                    and pc.min(lengths).as_py() > 1:
+                return "semantic"
+    return "nominal"
+
+
+def _non_numbers(table: pa.Table, c: str, ctx: StepContext) -> tuple[int, int, int, Any]:
+    """For a text column: (values that are numbers, values that are not, first bad record, its value)."""
+    probe = pa.table({ROW: table.column(ROW), "v": table.column(c).cast(pa.string())})
+    row = ctx.sql("SELECT count(*) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NOT NULL), "
+                  "count(*) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NULL), "
+                  "arg_min(_row, _row) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NULL), "
+                  "arg_min(v, _row) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NULL) "
+                  "FROM probe WHERE v IS NOT NULL", probe=probe).to_pylist()[0]
+    ok, bad, first, value = row.values()
+    return int(ok), int(bad), first, value
+
+
+def _as_number(table: pa.Table, c: str, ctx: StepContext, where: str) -> pa.ChunkedArray:
+    col = table.column(c)
+    t = col.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return col
+    if pa.types.is_boolean(t):
+        return col.cast(pa.int64())
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_decimal(t)):
+        raise InputError(f"column {c!r} has type {t}, which is not numeric; declare it nominal", where=where)
+    _, bad, first, value = _non_numbers(table, c, ctx)
+    if bad:
+        raise InputError(f"column {c!r} is declared continuous but record {first + 1} has the value {value!r}, "
+                         "which is not a number; fix the value, declare the column nominal, or list the value "
+                         "under missing_values", where=where)
+    return pc.cast(col, pa.float64())
+
+
+def _check_mostly_numeric(table: pa.Table, c: str, ctx: StepContext, where: str) -> None:
+    """A text column whose values are all numbers but a few is almost surely a numeric
+    column with a typo: say so instead of silently typing it nominal."""
+    ok, bad, first, value = _non_numbers(table, c, ctx)
+    if bad and ok >= 0.99 * (ok + bad):
+        raise InputError(f"column {c!r} holds numbers except {bad} value(s), the first in record {first + 1}: "
+                         f"{value!r}; fix the value, list it under missing_values, or declare the column's type "
+                         f"explicitly ({{{c}: nominal}} or {{{c}: continuous}})", where=where)
+
+
+def _as_codes(col: pa.ChunkedArray, c: str, where: str) -> pa.ChunkedArray:
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        col = col.cast(pa.string())
+    lengths = pc.utf8_length(col)
+    lo, hi = pc.min(lengths).as_py(), pc.max(lengths).as_py()
+    if lo != hi:
+        counts = pc.value_counts(lengths).to_pylist()
+        common = max(counts, key=lambda d: d["counts"])["values"]
+        odd = pc.filter(col, pc.not_equal(lengths, common))[0].as_py()
+        raise InputError(f"semantic column {c!r} needs codes of one length; most have {common} symbols but "
+                         f"{odd!r} has {len(odd)} (read the column as text, e.g. types: {{{c}: VARCHAR}}, "
+                         "to keep leading zeros)", where=where)
+    return col
+
+
+def _check_order(col: pa.ChunkedArray, c: str, order: list, where: str) -> None:
+    order_set = pa.array([str(v) for v in order], type=pa.string())
+    values = pc.unique(col.cast(pa.string()))
+    missing = pc.filter(values, pc.invert(pc.is_in(values, value_set=order_set)))
+    if len(missing):
+        raise InputError(f"ordinal column {c!r}: value {missing[0].as_py()!r} is not in its 'order' "
+                         f"({', '.join(map(str, order))})", where=where)
+
+
+# -- evaluate --------------------------------------------------------------------------
+
+
+def metric_entries(value: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
+    """``[a, {b: {k: 5}}]`` or ``{a: {}, b: {k: 5}}`` -> ``[(a, {}), (b, {k: 5})]``."""
+    if isinstance(value, Mapping):
+        value = [{k: v} for k, v in value.items()]
+    if isinstance(value, str):
+        value = [value]
+    out = []
+    for item in value or []:
+        if isinstance(item, str):
+            out.append((item, {}))
+        elif isinstance(item, Mapping) and len(item) == 1:
+            (name, p), = item.items()
+            if p is not None and not isinstance(p, Mapping):
+                raise WorkflowError(f"metric {name!r}: parameters must be a mapping, got {p!r}", where=where)
+            out.append((str(name), dict(p or {})))
+        else:
+            raise WorkflowError(f"'metrics' entries must be a name or {{name: {{param: value}}}}, got {item!r}",
+                                where=where)
+    if not out:
+        raise WorkflowError("'metrics' must name at least one metric", where=where)
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise WorkflowError("a metric is listed twice", where=where)
+    return out
+
+
+class EvaluateStep(Builtin):
+    uses = kind = "evaluate"
+    produces = "metrics"
+    max_inputs = 2
+    description = "Compute metrics and privacy checks on [original, anonymized]; optional thresholds fail the run."
+    params = (
+        Param("metrics", "any", help="metric names, or {name: {param: value}}"),
+        Param("thresholds", "dict", default={}, help="value name -> {min: x, max: y}; a miss fails the run"),
+        Param("enforce", "bool", default=True, help="fail the run when a privacy check does not hold"),
+    )
+
+    def validate(self, params, inputs, registry, where):
+        for name, mparams in metric_entries(params["metrics"], where):
+            reg = registry.get("metric", name, where=where)
+            if reg.obj.requires_original and len(inputs) < 2:
+                raise WorkflowError(f"metric {name!r} compares with the original table: give two inputs, "
+                                    "[original, anonymized]", where=where)
+            try:
+                validate_params(reg.obj.params, mparams)
+            except ParamError as exc:
+                raise WorkflowError(f"metric {name!r}: {exc}", where=where) from None
+        names = [n for n, _ in metric_entries(params["metrics"], where)]
+        for key, bound in params["thresholds"].items():
+            if not any(key == n or key.startswith(n + ".") for n in names):
+                raise WorkflowError(f"threshold {key!r} names no value of the listed metrics "
+                                    f"({', '.join(names)}){suggest(key, names)}", where=where)
+            if not isinstance(bound, Mapping) or not bound or set(bound) - {"min", "max"} or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in bound.values()):
+                raise WorkflowError(f"threshold {key!r}: expected {{min: number}} and/or {{max: number}}, got {bound!r}",
+                                    where=where)
+        for inp in inputs:
+            if not inp.typed:
+                raise WorkflowError(f"input {inp.name!r} is not typed; evaluate a typing or algorithm step's output",
+                                    where=where)
+        return None
+
+    def run(self, tables: Sequence[TypedTable], params: Mapping[str, Any], registry: Any, ctx: StepContext,
+            where: str) -> tuple[dict[str, float], list[str]]:
+        original, anonymized = (tables[0], tables[1]) if len(tables) == 2 else (None, tables[0])
+        values: dict[str, float] = {}
+        failures: list[str] = []
+        for name, given in metric_entries(params["metrics"], where):
+            reg = registry.get("metric", name, where=where)
+            mparams = validate_params(reg.obj.params, given)
+            if original is not None:
+                reg.obj.check(mparams, original=original, anonymized=anonymized)
+            else:
+                reg.obj.check(mparams, anonymized=anonymized)
+            try:
+                result = reg.obj.compute(original, anonymized, mparams, ctx)
+            except (InputError, RunError):
+                raise
+            except Exception as exc:
+                raise RunError(f"metric {name!r} ({reg.distribution} {reg.version}) failed: "
+                               f"{type(exc).__name__}: {exc}", where=where) from exc
+            for key, value in result.items():
+                if key != name and not key.startswith(name + "."):
+                    raise RunError(f"metric {name!r} returned the value {key!r}; names must start with {name!r}",
+                                   where=where)
+                try:
+                    values[key] = float(value)
+                except (TypeError, ValueError):
+                    raise RunError(f"metric {name!r} returned a non-number for {key!r}: {value!r}",
+                                   where=where) from None
+            holds = result.get(f"{name}.holds")
+            if params["enforce"] and reg.obj.category == "privacy" and holds is not None and not holds:
+                failures.append(f"privacy check {name!r} does not hold ({_fmt_detail(name, result)})")
+        for key, bound in params["thresholds"].items():
+            if key not in values:
+                raise WorkflowError(f"threshold {key!r}: the metrics returned no such value; they returned "
+                                    f"{', '.join(values)}", where=where)
+            v = values[key]
+            if "min" in bound and not (v >= bound["min"]):
+                failures.append(f"{key} = {v:g} is below the threshold min {bound['min']:g}")
+            if "max" in bound and not (v <= bound["max"]):
+                failures.append(f"{key} = {v:g} is above the threshold max {bound['max']:g}")
+        return values, failures
+
+
+def _fmt_detail(name: str, result: Mapping[str, Any]) -> str:
+    parts = [f"{k} = {float(v):g}" for k, v in result.items() if k != f"{name}.holds"]
+    return ", ".join(parts)
+
+
+# -- publish ---------------------------------------------------------------------------
+
+
+class PublishStep(Builtin):
+    uses = kind = "publish"
+    produces = "files"
+    description = "Write a table with a publisher plugin (records ordered by class, row ids dropped)."
+    params = (
+        Param("publisher", "str", help="name of a publisher plugin (csv, parquet, ...)"),
+        Param("row_id", "bool", default=False, help="keep the _row column (the record's source position)"),
+    )
+
+    def split(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        own = {k: v for k, v in params.items() if k in ("publisher", "row_id")}
+        rest = {k: v for k, v in params.items() if k not in own}
+        return own, rest
+
+    def check_params(self, given, registry, where):
+        own, _, rest = self.validate_all(given, registry, where)
+        return {**own, **rest}
+
+    def validate_all(self, params: Mapping[str, Any], registry: Any, where: str) -> tuple[dict, Any, dict]:
+        own, rest = self.split(params)
+        try:
+            own = validate_params(self.params, own)
+        except ParamError as exc:
+            raise WorkflowError(str(exc), where=where) from None
+        reg = registry.get("publisher", own["publisher"], where=where)
+        try:
+            rest = validate_params(reg.obj.params, rest)
+        except ParamError as exc:
+            raise WorkflowError(f"publisher {reg.name!r}: {exc}", where=where) from None
+        return own, reg, rest
+
+    def validate(self, params, inputs, registry, where):
+        if not inputs[0].typed:
+            raise WorkflowError(f"input {inputs[0].name!r} is not typed; publish a typing or algorithm step's output",
+                                where=where)
+        return None
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], registry: Any, ctx: StepContext,
+            where: str) -> list[Output]:
+        own, reg, rest = self.validate_all(params, registry, where)
+        reg.obj.check(rest, table=table)
+        return reg.obj.publish(for_publication(table, keep_row=own["row_id"]), rest, ctx)
+
+
+def for_publication(table: TypedTable, keep_row: bool = False) -> TypedTable:
+    """Order records by class, then by their published values (never by source position,
+    which could link them back), and drop ``_row`` unless asked to keep it."""
+    data = table.data
+    keys = ([CLASS] if CLASS in data.column_names else []) + [c for c in data.column_names if c not in (CLASS, ROW)]
+    sortable = [k for k in keys if not pa.types.is_nested(data.column(k).type)] + [ROW]
+    data = data.sort_by([(k, "ascending") for k in sortable])
+    if not keep_row:
+        data = data.drop_columns([ROW])
+    return table.replace(data=data)
+
+
+BUILTINS: dict[str, Builtin] = {b.uses: b for b in (TypingStep(), EvaluateStep(), PublishStep())}

@@ -1,0 +1,286 @@
+"""The ``anonflow`` command line. Nothing imports this module.
+
+Errors are one line on stderr (``Error: <where>: <what>``) with exit code 2 for invalid
+input or workflows and 1 for failed runs; ``--debug`` (or ``ANONFLOW_DEBUG=1``) re-raises
+with the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from . import __version__
+from .dag import build_plan
+from .errors import AnonflowError
+from .plugins import get_registry
+from .spec import load_workflow
+from .store import Store
+
+DEFAULT_DB = "anonflow.duckdb"
+
+
+class CLIError(click.ClickException):
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn anonflow errors into one-line messages with the right exit code."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        debug = bool(ctx.find_root().params.get("debug")) or bool(os.environ.get("ANONFLOW_DEBUG"))
+        try:
+            return fn(*args, **kwargs)
+        except AnonflowError as exc:
+            if debug:
+                raise
+            message = str(exc)
+            run_id = getattr(exc, "run_id", None)
+            if run_id:
+                message += f" (run {run_id} recorded as failed)"
+            raise CLIError(message, exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise CLIError("interrupted", 130) from None
+    return wrapper
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def _display_path(path: str) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return path
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="anonflow")
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+def main(debug: bool) -> None:
+    """anonflow: declarative, audited anonymization of tabular microdata."""
+
+
+# -- run ---------------------------------------------------------------------------------
+
+class _Progress:
+    """Step lines and progress bars on stderr when it is a terminal; quiet otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def step_started(self, node, position, total):
+        if self.enabled:
+            click.echo(f"[{position + 1}/{total}] {node.name} ({node.uses}) ...", err=True)
+
+    def step_finished(self, node, status, seconds):
+        if self.enabled:
+            click.echo(f"      {status} in {seconds:.2f}s", err=True)
+
+    def progress(self, total: int, label: str = ""):
+        if not self.enabled or total <= 0:
+            return lambda n=1: None
+        bar = click.progressbar(length=total, label=f"      {label}", file=sys.stderr, show_eta=True)
+        bar.__enter__()
+        state = {"done": 0}
+
+        def advance(n: int = 1) -> None:
+            state["done"] += n
+            bar.update(n)
+            if state["done"] >= total:
+                bar.__exit__(None, None, None)
+        return advance
+
+
+@main.command()
+@click.argument("workflow", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Override the workflow's seed.")
+@click.option("--set", "overrides", multiple=True, metavar="STEP.PARAM=VALUE",
+              help="Override a step parameter (repeatable); VALUE is read as YAML.")
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Base folder for relative output paths (default: the workflow file's folder).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the run's results.")
+@click.option("--no-cache", is_flag=True, help="Re-run every step even if an identical one succeeded before.")
+@_guard
+def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], out_dir: Path | None,
+        as_json: bool, no_cache: bool) -> None:
+    """Validate and run a workflow file."""
+    from .runner import Runner
+
+    spec = load_workflow(workflow, overrides, seed)
+    registry = get_registry()
+    plan = build_plan(spec, registry)
+    with Store(db) as store:
+        reporter = _Progress(enabled=sys.stderr.isatty() and not as_json)
+        result = Runner(store, registry, reporter).run(spec, use_cache=not no_cache, output_dir=out_dir, plan=plan)
+    if as_json:
+        _echo_json(result.to_json())
+        return
+    click.echo(f"run {result.run_id}: {spec.name} {result.status} (store: {db})")
+    for s in result.steps:
+        extra = f", {s['rows']} rows" if s.get("rows") is not None else ""
+        click.echo(f"  {s['step']:<16} {s['uses']:<12} {s['status']:<9} {s['seconds']:.2f}s{extra}")
+        for note in s.get("notes") or []:
+            click.echo(f"  {'':<16} note: {note}")
+    if result.metrics:
+        click.echo("metrics:")
+        for key, value in result.metrics.items():
+            click.echo(f"  {key:<40} {value:.6g}")
+    if result.outputs:
+        click.echo("outputs:")
+        for out in result.outputs:
+            click.echo(f"  {_display_path(out['path'])}  ({out['rows']} rows, sha256 {out['sha256'][:16]}...)")
+
+
+# -- plan --------------------------------------------------------------------------------
+
+@main.command()
+@click.argument("workflow", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Override the workflow's seed.")
+@click.option("--set", "overrides", multiple=True, metavar="STEP.PARAM=VALUE", help="Override a step parameter.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@_guard
+def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Validate a workflow file and print its steps in execution order (runs nothing)."""
+    spec = load_workflow(workflow, overrides, seed)
+    p = build_plan(spec, get_registry())
+    if as_json:
+        _echo_json({"workflow": spec.name, "seed": spec.seed, "steps": [n.to_json() for n in p.steps()]})
+        return
+    click.echo(f"workflow {spec.name} (seed {spec.seed}): {len(p.order)} nodes, valid")
+    for i, node in enumerate(p.steps(), start=1):
+        if node.kind == "source":
+            cols = len(node.columns) - 1 if node.columns else "?"
+            click.echo(f"{i:>3}. {node.name}  [source {node.uses}] {node.source.describe()} ({cols} columns)")
+            continue
+        src = ", ".join(node.inputs)
+        click.echo(f"{i:>3}. {node.name}  [{node.kind}: {node.uses} {node.version}] <- {src}")
+        for key, value in node.params.items():
+            click.echo(f"       {key} = {json.dumps(value, default=str)}")
+
+
+# -- plugins -----------------------------------------------------------------------------
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
+@_guard
+def plugins(as_json: bool) -> None:
+    """List every registered plugin with its kind, version and distribution."""
+    registry = get_registry()
+    if as_json:
+        _echo_json([r.to_json() for r in registry])
+        return
+    for r in registry:
+        click.echo(f"{r.kind:<10} {r.name:<22} {r.version:<8} {r.distribution} {r.distribution_version}"
+                   f"  {r.obj.description}")
+        for p in r.obj.params:
+            click.echo(f"{'':<33}{p.describe()}" + (f" - {p.help}" if p.help else ""))
+
+
+# -- runs and lineage --------------------------------------------------------------------
+
+@main.command()
+@click.argument("run_id", required=False)
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
+@click.option("--limit", default=20, show_default=True, help="How many runs to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_guard
+def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
+    """List recorded runs, or show one run (steps, parameters, metrics, outputs)."""
+    with Store(db, read_only=True) as store:
+        if run_id is None:
+            rows = store.runs(limit)
+            if as_json:
+                _echo_json(rows)
+                return
+            if not rows:
+                click.echo(f"no runs recorded in {db}")
+            for r in rows:
+                took = (r["finished_at"] - r["started_at"]).total_seconds() if r["finished_at"] else None
+                click.echo(f"{r['run_id']}  {r['status']:<9} {r['workflow']:<24} seed={r['seed']}"
+                           + (f"  {took:.2f}s" if took is not None else "")
+                           + (f"  error: {r['error']}" if r["error"] else ""))
+            return
+        run_rec = store.run(run_id)
+        rid = run_rec["run_id"]
+        detail = {"run": run_rec, "steps": store.steps(rid), "metrics": store.metrics(rid),
+                  "outputs": store.outputs(rid)}
+        if as_json:
+            _echo_json(detail)
+            return
+        click.echo(f"run {rid}: {run_rec['workflow']} ({run_rec['workflow_path']}) {run_rec['status']}")
+        click.echo(f"  seed {run_rec['seed']}, workflow sha256 {run_rec['workflow_hash'][:16]}..., "
+                   f"started {run_rec['started_at']}")
+        if run_rec["overrides"]:
+            click.echo("  overrides: " + ", ".join(f"{s}.{p}={v!r}" for s, p, v in run_rec["overrides"]))
+        if run_rec["error"]:
+            click.echo(f"  error: {run_rec['error']}")
+        for s in detail["steps"]:
+            cached = f" (reused from {s['cached_from']})" if s["cached_from"] else ""
+            click.echo(f"  {s['position'] + 1:>2}. {s['step']} [{s['kind']}: {s['uses']} {s['plugin_version']}] "
+                       f"{s['status']}{cached}")
+            if s["kind"] != "source":
+                click.echo(f"      params: {json.dumps(s['params'], sort_keys=True, default=str)}")
+            for i in s["inputs"] or []:
+                click.echo(f"      input: {i.get('name')} {i.get('table', '')} {(i.get('hash') or i.get('sha256', ''))[:16]}")
+            if s["output_table"]:
+                click.echo(f"      output: {s['output_table']} ({s['rows']} rows) hash {s['output_hash'][:16]}...")
+            for note in (s["summary"] or {}).get("notes", []):
+                click.echo(f"      note: {note}")
+            if s["error"]:
+                click.echo(f"      error: {s['error']}")
+        for key, value in detail["metrics"].items():
+            click.echo(f"  metric {key} = {value:.6g}")
+        for out in detail["outputs"]:
+            click.echo(f"  output {_display_path(out['path'])} ({out['rows']} rows, sha256 {out['sha256']})")
+
+
+@main.command()
+@click.argument("target")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
+@click.option("--run", "run_id", default=None, help="Look the step up in this run (default: the latest).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_guard
+def lineage(target: str, db: str, run_id: str | None, as_json: bool) -> None:
+    """Show what produced TARGET (a step name, a store table, or a published file), from what,
+    with which parameters, back to the source files."""
+    from .lineage import trace
+
+    with Store(db, read_only=True) as store:
+        chain = trace(store, target, run_id)
+    if as_json:
+        _echo_json(chain)
+        return
+    for depth, s in chain:
+        pad = "  " * depth
+        head = f"{pad}{s['step']} [{s['kind']}: {s['uses']} {s['plugin_version']}] run {s['run_id']}"
+        if s.get("cached_from"):
+            head += f" (reused from {s['cached_from']})"
+        click.echo(head)
+        if s["kind"] == "source":
+            for i in s["inputs"] or []:
+                click.echo(f"{pad}  file {i['name']} sha256 {i['sha256']}")
+        else:
+            click.echo(f"{pad}  params {json.dumps(s['params'], sort_keys=True, default=str)}")
+        if s.get("output_table"):
+            click.echo(f"{pad}  -> {s['output_table']} ({s['rows']} rows, hash {s['output_hash'][:16]}...)")
+        for out in s.get("files", []):
+            click.echo(f"{pad}  -> {_display_path(out['path'])} (sha256 {out['sha256'][:16]}...)")
+        for key, value in s.get("metrics", {}).items():
+            click.echo(f"{pad}  {key} = {value:.6g}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

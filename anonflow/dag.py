@@ -1,0 +1,161 @@
+"""Building and validating the workflow graph.
+
+:func:`build_plan` turns a :class:`~anonflow.spec.WorkflowSpec` into a networkx DiGraph of
+sources and steps and rejects, before anything runs: unknown plugins (with "did you
+mean"), missing inputs, cycles (naming the cycle), steps fed the wrong kind of input, bad
+parameters, and columns that do not exist in the source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from . import __version__
+from .builtins import BUILTINS, StaticInput
+from .errors import InputError, WorkflowError
+from .params import ParamError, suggest, validate_params
+from .plugins import Registered, Registry
+from .schema import CLASS, ROW
+from .spec import SourceSpec, WorkflowSpec
+from .store import describe_source
+
+
+@dataclass
+class Node:
+    """A source or a step, ready to run."""
+
+    name: str
+    kind: str  # source | typing | algorithm | evaluate | publish
+    uses: str
+    inputs: tuple[str, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+    version: str = __version__
+    plugin: Registered | None = None
+    source: SourceSpec | None = None
+    columns: tuple[str, ...] | None = None
+    produces: str = "table"
+    typed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind, "uses": self.uses,
+                               "inputs": list(self.inputs), "version": self.version}
+        if self.source is not None:
+            out["source"] = self.source.describe()
+        else:
+            out["params"] = self.params
+        if self.plugin is not None:
+            out["distribution"] = self.plugin.distribution
+        if self.columns is not None:
+            out["columns"] = [c for c in self.columns if c != ROW]
+        return out
+
+
+@dataclass
+class Plan:
+    spec: WorkflowSpec
+    graph: nx.DiGraph
+    order: list[str]
+    nodes: dict[str, Node]
+
+    def steps(self) -> list[Node]:
+        return [self.nodes[n] for n in self.order]
+
+
+def _uses_hint(uses: str, registry: Registry) -> str:
+    names = list(BUILTINS) + registry.names("algorithm")
+    return suggest(uses, names) or f"; built-in steps: {', '.join(BUILTINS)}; algorithms: " + \
+        (", ".join(registry.names("algorithm")) or "none installed")
+
+
+def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = True) -> Plan:
+    """Validate ``spec`` completely and return the plan to run."""
+    graph = nx.DiGraph()
+    nodes: dict[str, Node] = {}
+    for name, src in spec.sources.items():
+        nodes[name] = Node(name=name, kind="source", uses=src.format, source=src)
+        graph.add_node(name)
+
+    for name, step in spec.steps.items():
+        where = spec.where(f"step {name!r}")
+        if step.uses in BUILTINS:
+            b = BUILTINS[step.uses]
+            node = Node(name=name, kind=b.kind, uses=step.uses, inputs=step.inputs, produces=b.produces)
+        elif registry.has("algorithm", step.uses):
+            reg = registry.get("algorithm", step.uses)
+            node = Node(name=name, kind="algorithm", uses=step.uses, inputs=step.inputs, plugin=reg,
+                        version=reg.version)
+        else:
+            raise WorkflowError(f"unknown step or algorithm {step.uses!r}{_uses_hint(step.uses, registry)}",
+                                where=where)
+        known = list(spec.sources) + list(spec.steps)
+        for ref in (*step.inputs, *step.after):
+            if ref not in known:
+                raise WorkflowError(f"input {ref!r} is neither a source nor a step{suggest(ref, known)}", where=where)
+            if ref == name:
+                raise WorkflowError("a step cannot take its own output as input (cycle: "
+                                    f"{name} -> {name})", where=where)
+            graph.add_edge(ref, name)
+        graph.add_node(name)
+        nodes[name] = node
+
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        cycle = None
+    if cycle:
+        path = " -> ".join([cycle[0][0], *[v for _, v in cycle]])
+        raise WorkflowError(f"the steps form a cycle: {path}", where=str(spec.path))
+
+    def priority(n: str) -> tuple:
+        node = nodes[n]
+        # sources first; publishing last, so that evaluation (and its thresholds) gate it
+        rank = 0 if node.kind == "source" else (2 if node.kind == "publish" else 1)
+        index = spec.steps[n].index if n in spec.steps else list(spec.sources).index(n)
+        return (rank, index)
+
+    order = list(nx.lexicographical_topological_sort(graph, key=priority))
+    order = [n for n in order if nodes[n].kind == "source" and graph.out_degree(n) > 0 or nodes[n].kind != "source"]
+
+    for n in order:
+        node = nodes[n]
+        if node.kind == "source":
+            if check_columns:
+                node.columns = (ROW, *[c for c, _ in _describe(spec, node.source)])
+            continue
+        where = spec.where(f"step {n!r}")
+        ins = [nodes[i] for i in node.inputs]
+        lo, hi = (1, 1) if node.kind == "algorithm" else (BUILTINS[node.uses].min_inputs, BUILTINS[node.uses].max_inputs)
+        if not lo <= len(ins) <= hi:
+            want = f"{lo}" if lo == hi else f"{lo} to {hi}"
+            raise WorkflowError(f"{node.uses} takes {want} input(s), got {len(ins)}", where=where)
+        for i in ins:
+            if i.produces != "table":
+                raise WorkflowError(f"input {i.name!r} is a {i.uses} step and produces no table", where=where)
+        static = [StaticInput(i.name, i.columns, i.typed) for i in ins]
+        given = spec.steps[n].params
+        if node.kind == "algorithm":
+            if not static[0].typed:
+                raise WorkflowError(f"algorithm {node.uses!r} needs a typed table: add a typing step "
+                                    f"between {static[0].name!r} and {n!r}", where=where)
+            try:
+                node.params = validate_params(node.plugin.obj.params, given)
+            except ParamError as exc:
+                raise WorkflowError(str(exc), where=where) from None
+            node.columns = None if static[0].columns is None else (*static[0].columns, CLASS)
+            node.typed = True
+        else:
+            b = BUILTINS[node.uses]
+            node.params = b.check_params(given, registry, where)
+            node.columns = b.validate(node.params, static, registry, where)
+            node.typed = node.kind == "typing"
+    return Plan(spec=spec, graph=graph, order=order, nodes=nodes)
+
+
+def _describe(spec: WorkflowSpec, src: SourceSpec) -> list[tuple[str, str]]:
+    try:
+        return describe_source(src)
+    except InputError as exc:
+        raise InputError(exc.message, where=spec.where(exc.where or f"source {src.name!r}")) from None

@@ -1,0 +1,57 @@
+"""Hook specifications: the kinds of plugin anonflow knows.
+
+Plugins are discovered through the ``anonflow`` entry-point group (first-party plugins
+included). A plugin module implements one or more of these hooks with
+``@anonflow.hookimpl``. Each registration hook receives a ``register`` callback owned by
+the host: the plugin hands over plugin objects, the host keeps the registry, checks their
+declarations, and rejects duplicate names.
+
+Hooks are grouped by lifecycle phase, in the order the engine calls them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("anonflow")
+hookimpl = pluggy.HookimplMarker("anonflow")
+
+
+# -- registration: called once when the plugin manager is built --------------------------
+
+
+@hookspec
+def anonflow_register_algorithms(register: Callable[[object], None]) -> None:
+    """Register anonymization algorithms.
+
+    :param register: call ``register(algorithm)`` once per :class:`anonflow.api.Algorithm`
+        instance. An algorithm takes a typed table and returns it with a ``_class`` column
+        (the class / group id) and the published QI values; it may declare the privacy
+        models it guarantees through :meth:`~anonflow.api.Algorithm.claims`.
+    :return: nothing; the result of the hook is ignored.
+    """
+
+
+@hookspec
+def anonflow_register_metrics(register: Callable[[object], None]) -> None:
+    """Register metrics and privacy checks.
+
+    :param register: call ``register(metric)`` once per :class:`anonflow.api.Metric`
+        instance. A metric takes the original and the anonymized typed tables (aligned by
+        ``_row``) and returns named numbers; a privacy check (``category = "privacy"``) also
+        returns ``"<name>.holds"`` (1.0 or 0.0).
+    :return: nothing; the result of the hook is ignored.
+    """
+
+
+@hookspec
+def anonflow_register_publishers(register: Callable[[object], None]) -> None:
+    """Register publishers.
+
+    :param register: call ``register(publisher)`` once per :class:`anonflow.api.Publisher`
+        instance. A publisher writes a typed table out (files and/or DuckDB tables) and
+        returns what it wrote as :class:`anonflow.api.Output` records.
+    :return: nothing; the result of the hook is ignored.
+    """

@@ -1,0 +1,55 @@
+"""Tracing what produced an artifact, back to the source files."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .errors import StoreError
+from .store import Store
+
+
+def trace(store: Store, target: str, run_id: str | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """Return ``(depth, step record)`` pairs: the producer of ``target`` first, then its inputs'
+    producers, depth-first. ``target`` is a step name, a store table name or a published file."""
+    start = _resolve(store, target, run_id)
+    out: list[tuple[int, dict[str, Any]]] = []
+    seen: set[tuple[str, str]] = set()
+
+    def visit(rec: dict[str, Any], depth: int) -> None:
+        key = (rec["run_id"], rec["step"])
+        if key in seen:
+            return
+        seen.add(key)
+        rec = dict(rec)
+        rec["files"] = [o for o in store.outputs(rec["run_id"]) if o["step"] == rec["step"]]
+        prefix = f"{rec['step']}."
+        rec["metrics"] = {k[len(prefix):]: v for k, v in store.metrics(rec["run_id"]).items() if k.startswith(prefix)}
+        out.append((depth, rec))
+        for inp in rec.get("inputs") or []:
+            parent = store.step_in_run(rec["run_id"], inp["name"]) if "table" in inp else None
+            if parent is not None:
+                visit(parent, depth + 1)
+
+    visit(start, 0)
+    return out
+
+
+def _resolve(store: Store, target: str, run_id: str | None) -> dict[str, Any]:
+    if run_id is not None:
+        rid = store.run(run_id)["run_id"]
+        rec = store.step_in_run(rid, target)
+        if rec is None:
+            raise StoreError(f"run {rid} has no step {target!r}")
+        return rec
+    rec = store.find_producer(target)
+    if rec is None and os.path.exists(target):
+        rec = store.find_producer(os.path.abspath(target))
+    if rec is None:
+        latest = store.latest_run_with_step(target)
+        if latest is not None:
+            rec = store.step_in_run(latest, target)
+    if rec is None:
+        raise StoreError(f"nothing in {store.path} is called {target!r}: give a step name, a table name "
+                         "(t_...) or the path of a published file")
+    return rec

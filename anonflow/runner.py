@@ -1,0 +1,255 @@
+"""Running a validated plan against the store, with caching and lineage."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import __version__
+from .api import Output, StepContext, file_sha256
+from .builtins import BUILTINS
+from .dag import Node, Plan, build_plan
+from .errors import AnonflowError, InputError, RunError
+from .plugins import Registry, get_registry
+from .schema import ROW
+from .spec import WorkflowSpec
+from .store import SCHEMA_VERSION, Artifact, Store
+from .table import TypedTable
+
+
+class Reporter:
+    """Receives progress events; the CLI subclasses it to draw progress bars."""
+
+    def step_started(self, node: Node, position: int, total: int) -> None: ...
+
+    def step_finished(self, node: Node, status: str, seconds: float) -> None: ...
+
+    def progress(self, total: int, label: str = "") -> Callable[[int], None]:
+        return lambda n=1: None
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    workflow: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "status": self.status, "workflow": self.workflow,
+                "metrics": self.metrics, "outputs": self.outputs, "steps": self.steps, "error": self.error}
+
+
+def step_seed(seed: int, step: str) -> int:
+    """The seed of one step: derived from the workflow seed and the step's name."""
+    return int.from_bytes(hashlib.sha256(f"{seed}\0{step}".encode()).digest()[:8], "little")
+
+
+def versions(registry: Registry) -> dict[str, Any]:
+    import duckdb
+    import networkx
+    import pluggy
+    import pyarrow
+
+    return {
+        "anonflow": __version__, "python": platform.python_version(), "duckdb": duckdb.__version__,
+        "pyarrow": pyarrow.__version__, "numpy": np.__version__, "networkx": networkx.__version__,
+        "pluggy": pluggy.__version__, "store_schema": SCHEMA_VERSION,
+        "plugins": {f"{r.kind}:{r.name}": f"{r.distribution} {r.version}" for r in registry},
+    }
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+class Runner:
+    def __init__(self, store: Store, registry: Registry | None = None, reporter: Reporter | None = None) -> None:
+        self.store = store
+        self.registry = registry or get_registry()
+        self.reporter = reporter or Reporter()
+
+    def run(self, spec: WorkflowSpec, *, use_cache: bool = True, output_dir: Path | None = None,
+            plan: Plan | None = None) -> RunResult:
+        """Run every step of ``spec``; raise :class:`AnonflowError` (with ``run_id`` set) on failure."""
+        plan = plan or build_plan(spec, self.registry)
+        run_id = self.store.begin_run(workflow=spec.name, path=str(spec.path), text=spec.text,
+                                      text_hash=spec.text_hash, seed=spec.seed,
+                                      overrides=[list(o) for o in spec.overrides], versions=versions(self.registry))
+        result = RunResult(run_id=run_id, status="running", workflow=spec.name)
+        artifacts: dict[str, Artifact] = {}
+        out_dir = (output_dir or spec.base_dir).resolve()
+        try:
+            for position, name in enumerate(plan.order):
+                node = plan.nodes[name]
+                self.reporter.step_started(node, position, len(plan.order))
+                t0 = time.perf_counter()
+                rec = self._run_node(plan, node, position, run_id, artifacts, out_dir, use_cache, result)
+                self.reporter.step_finished(node, rec["status"], time.perf_counter() - t0)
+                result.steps.append({"step": name, "kind": node.kind, "uses": node.uses, "status": rec["status"],
+                                     "rows": rec.get("rows"), "seconds": round(rec.get("seconds") or 0.0, 4),
+                                     "notes": (rec.get("summary") or {}).get("notes", [])})
+        except BaseException as exc:
+            if not isinstance(exc, AnonflowError):
+                if isinstance(exc, Exception):
+                    err = RunError(f"{type(exc).__name__}: {exc}")
+                    err.__cause__ = exc
+                    exc = err
+                else:  # KeyboardInterrupt: record, then let it propagate untouched
+                    self.store.finish_run(run_id, "failed", "interrupted")
+                    raise
+            self.store.finish_run(run_id, "failed", str(exc))
+            exc.run_id = run_id  # type: ignore[attr-defined]
+            raise exc
+        self.store.finish_run(run_id, "succeeded")
+        result.status = "succeeded"
+        result.metrics = self.store.metrics(run_id)
+        result.outputs = [{"path": o["path"], "sha256": o["sha256"], "rows": o["rows"]}
+                          for o in self.store.outputs(run_id)]
+        return result
+
+    # -- one node ------------------------------------------------------------------------
+
+    def _run_node(self, plan: Plan, node: Node, position: int, run_id: str, artifacts: dict[str, Artifact],
+                  out_dir: Path, use_cache: bool, result: RunResult) -> dict[str, Any]:
+        spec = plan.spec
+        where = spec.where(f"{'source' if node.kind == 'source' else 'step'} {node.name!r}")
+        seed = step_seed(spec.seed, node.name)
+        rec: dict[str, Any] = {"step": node.name, "position": position, "kind": node.kind, "uses": node.uses,
+                               "plugin_version": node.version, "params": node.params, "seed": seed}
+        t0 = time.perf_counter()
+
+        if node.kind == "source":
+            src = node.source
+            try:
+                digest = file_sha256(src.path) if src.format != "duckdb" or src.path else ""
+            except FileNotFoundError:
+                raise InputError(f"file not found: {src.path}", where=where) from None
+            fingerprint = self._fingerprint(node, [digest, _canonical(src.options), src.table], seed)
+            rec.update(params={"path": str(src.path), "table": src.table, **src.options}, fingerprint=fingerprint,
+                       inputs=[{"name": str(src.path), "sha256": digest}])
+            cached = self.store.cached_step(fingerprint) if use_cache and digest else None
+            if cached:
+                art = self.store.artifact(cached["output_table"])
+                rec.update(status="cached", cached_from=cached["run_id"])
+            else:
+                try:
+                    art = self.store.load_source(src, run_id=run_id, file_hash=digest)
+                except InputError as exc:
+                    raise InputError(exc.message, where=spec.where(exc.where or "")) from None
+                rec["status"] = "succeeded"
+            artifacts[node.name] = art
+            rec.update(output_table=art.table, output_hash=art.hash, rows=art.rows,
+                       seconds=time.perf_counter() - t0)
+            self.store.record_step(run_id, rec, lineage=[(str(src.path or src.table), art.table)])
+            return rec
+
+        inputs = [artifacts[i] for i in node.inputs]
+        rec["inputs"] = [{"name": i, "table": a.table, "hash": a.hash} for i, a in zip(node.inputs, inputs)]
+        fingerprint = self._fingerprint(node, [a.hash for a in inputs], seed)
+        rec["fingerprint"] = fingerprint
+        lineage = [(a.table, None) for a in inputs]
+
+        if use_cache and node.kind in ("typing", "algorithm", "evaluate"):
+            cached = self.store.cached_step(fingerprint)
+            if cached is not None:
+                rec.update(status="cached", cached_from=cached["run_id"], output_table=cached["output_table"],
+                           output_hash=cached["output_hash"], rows=cached["rows"], summary=cached["summary"],
+                           seconds=time.perf_counter() - t0)
+                if cached["output_table"]:
+                    artifacts[node.name] = self.store.artifact(cached["output_table"])
+                    self.store.view(f"{spec.name}.{node.name}", cached["output_table"])
+                child = cached["output_table"] or f"metrics:{node.name}"
+                self.store.record_step(run_id, rec, metrics=cached["metrics"],
+                                       lineage=[(p, child) for p, _ in lineage])
+                return rec
+
+        ctx = StepContext(step=node.name, seed=seed, rng=np.random.default_rng(seed), workflow_dir=spec.base_dir,
+                          output_dir=out_dir, sql=self.store_sql, progress=self.reporter.progress)
+        tables = [self.store.get(a.table) for a in inputs]
+        metrics: dict[str, float] = {}
+        outputs: list[Output] = []
+        failures: list[str] = []
+        summary: dict[str, Any] = {}
+        try:
+            if node.kind == "typing":
+                typed, summary = BUILTINS["typing"].run(tables[0].data, node.params, ctx, where)
+                self._store_output(node, typed, rec, run_id)
+            elif node.kind == "algorithm":
+                typed = self._run_algorithm(node, tables[0], ctx, where)
+                self._store_output(node, typed, rec, run_id)
+            elif node.kind == "evaluate":
+                metrics, failures = BUILTINS["evaluate"].run(tables, node.params, self.registry, ctx, where)
+            elif node.kind == "publish":
+                outputs = BUILTINS["publish"].run(tables[0], node.params, self.registry, ctx, where)
+        except AnonflowError as exc:
+            if not exc.where:
+                exc = type(exc)(exc.message, where=where)
+            self._record_failure(run_id, rec, t0, str(exc))
+            raise exc from exc.__cause__
+        except Exception as exc:
+            who = f"{node.plugin.distribution} {node.version}" if node.plugin else f"anonflow {__version__}"
+            err = RunError(f"{node.uses} ({who}) failed: {type(exc).__name__}: {exc}", where=where)
+            self._record_failure(run_id, rec, t0, str(err))
+            raise err from exc
+
+        if ctx.notes:
+            summary["notes"] = list(ctx.notes)
+        rec["summary"] = summary or None
+        rec["seconds"] = time.perf_counter() - t0
+        rec["status"] = "failed" if failures else "succeeded"
+        if failures:
+            rec["error"] = "; ".join(failures)
+        child = rec.get("output_table") or (f"metrics:{node.name}" if node.kind == "evaluate" else None)
+        edges = [(p, child) for p, _ in lineage if child]
+        for out in outputs:
+            edges += [(p, out.path) for p, _ in lineage]
+        self.store.record_step(run_id, rec, metrics=metrics, outputs=[o.to_json() for o in outputs],
+                               lineage=edges)
+        if rec.get("output_table"):
+            self.store.view(f"{spec.name}.{node.name}", rec["output_table"])
+            artifacts[node.name] = self.store.artifact(rec["output_table"])
+        if failures:
+            raise RunError("; ".join(failures), where=where)
+        return rec
+
+    def _run_algorithm(self, node: Node, table: TypedTable, ctx: StepContext, where: str) -> TypedTable:
+        algo = node.plugin.obj
+        algo.check(node.params, table=table)
+        out = algo.run(table, node.params, ctx)
+        if not isinstance(out, TypedTable):
+            raise RunError(f"algorithm {node.uses!r} returned {type(out).__name__}, expected a TypedTable", where=where)
+        # never silently drop (or invent) records: the output must hold exactly the input's records
+        if out.num_rows != table.num_rows or ROW not in out.columns or not np.array_equal(
+                np.sort(out.rows()), np.sort(table.rows())):
+            raise RunError(f"algorithm {node.uses!r} returned {out.num_rows} records for {table.num_rows} input "
+                           "records (or changed their _row ids); every record must be accounted for", where=where)
+        claims = {**algo.claims(node.params), **out.claims}
+        return out.replace(claims=claims)
+
+    def _store_output(self, node: Node, typed: TypedTable, rec: dict[str, Any], run_id: str) -> None:
+        art = self.store.put(typed, run_id=run_id, step=node.name)
+        rec.update(output_table=art.table, output_hash=art.hash, rows=art.rows)
+
+    def _record_failure(self, run_id: str, rec: dict[str, Any], t0: float, error: str) -> None:
+        rec.update(status="failed", error=error, seconds=time.perf_counter() - t0)
+        self.store.record_step(run_id, rec)
+
+    def _fingerprint(self, node: Node, input_hashes: list[str], seed: int) -> str:
+        return hashlib.sha256(_canonical({
+            "kind": node.kind, "uses": node.uses, "version": node.version, "params": node.params,
+            "inputs": input_hashes, "seed": seed, "store_schema": SCHEMA_VERSION,
+        }).encode()).hexdigest()
+
+    def store_sql(self, query: str, params: list[Any] | None = None, **tables: Any) -> Any:
+        return self.store.sql(query, params, **tables)

@@ -1,0 +1,213 @@
+"""Loading a declarative workflow file into a :class:`WorkflowSpec`.
+
+This module knows the file format only: it checks structure and spelling, applies
+``--set`` overrides and resolves paths. The graph is built and checked in
+:mod:`anonflow.dag`; nothing here touches data or the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from .errors import WorkflowError
+from .params import suggest
+
+TOP_KEYS = ("name", "description", "seed", "sources", "steps")
+STEP_KEYS = ("uses", "input", "with", "after", "description")
+SOURCE_KEYS = ("path", "table", "db", "format", "delimiter", "header", "quote", "na_values",
+               "types", "description")
+FORMATS = ("csv", "parquet", "duckdb")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A named input table: a CSV or Parquet file, or a table in a DuckDB database."""
+
+    name: str
+    format: str
+    path: Path | None = None
+    table: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        if self.format == "duckdb":
+            return f"table {self.table}" + (f" in {self.path}" if self.path else "")
+        return str(self.path)
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step: a built-in (typing, evaluate, publish) or an algorithm plugin."""
+
+    name: str
+    uses: str
+    inputs: tuple[str, ...]
+    params: dict[str, Any]
+    after: tuple[str, ...] = ()
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class WorkflowSpec:
+    name: str
+    seed: int
+    sources: dict[str, SourceSpec]
+    steps: dict[str, StepSpec]
+    path: Path
+    text: str
+    overrides: tuple[tuple[str, str, Any], ...] = ()
+    description: str = ""
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def text_hash(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def where(self, *parts: str) -> str:
+        """An error location such as ``census.yaml: step 'grouped'``."""
+        return ": ".join((str(self.path), *parts))
+
+
+def _err(path: Path, message: str, *parts: str) -> WorkflowError:
+    return WorkflowError(message, where=": ".join((str(path), *parts)))
+
+
+def _check_keys(path: Path, data: Mapping, allowed: Iterable[str], *where: str) -> None:
+    allowed = tuple(allowed)
+    for key in data:
+        if key not in allowed:
+            raise _err(path, f"unknown key {key!r}{suggest(str(key), allowed)}; expected one of {', '.join(allowed)}", *where)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Parse ``STEP.PARAM=VALUE`` (VALUE is read as YAML, so ``k=10`` is an integer)."""
+    key, sep, raw = text.partition("=")
+    step, dot, param = key.partition(".")
+    if not sep or not dot or not step or not param:
+        raise WorkflowError(f"--set {text!r}: expected STEP.PARAM=VALUE, for example grouped.k=10")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return step.strip(), param.strip(), value
+
+
+def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | None = None) -> WorkflowSpec:
+    """Read and structurally validate a workflow file; apply ``--set`` and ``--seed``."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WorkflowError(f"workflow file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkflowError(f"cannot read workflow file {path}: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise _err(path, f"{loc}not valid YAML ({problem})") from None
+    if not isinstance(data, Mapping):
+        raise _err(path, "expected a mapping with keys name, seed, sources, steps")
+    _check_keys(path, data, TOP_KEYS)
+
+    name = data.get("name") or path.stem
+    if not isinstance(name, str):
+        raise _err(path, f"'name' must be a string, got {name!r}")
+    wf_seed = data.get("seed", 0) if seed is None else seed
+    if isinstance(wf_seed, bool) or not isinstance(wf_seed, int) or wf_seed < 0:
+        raise _err(path, f"'seed' must be a non-negative integer, got {wf_seed!r}")
+
+    base = path.resolve().parent
+    raw_sources = data.get("sources") or {}
+    if not isinstance(raw_sources, Mapping):
+        raise _err(path, "'sources' must be a mapping of name -> {path: ...}")
+    sources = {str(n): _source(path, base, str(n), s) for n, s in raw_sources.items()}
+
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, Mapping) or not raw_steps:
+        raise _err(path, "'steps' must be a non-empty mapping of step name -> {uses: ..., input: ..., with: ...}")
+    steps: dict[str, StepSpec] = {}
+    for i, (sname, sdata) in enumerate(raw_steps.items()):
+        sname = str(sname)
+        if sname in sources:
+            raise _err(path, "a step and a source have the same name; names must be unique", f"step {sname!r}")
+        steps[sname] = _step(path, sname, sdata, i)
+
+    parsed = [parse_override(o) for o in overrides]
+    for step, param, value in parsed:
+        if step not in steps:
+            raise WorkflowError(f"--set {step}.{param}: no step named {step!r}{suggest(step, steps)}", where=str(path))
+        steps[step].params[param] = value
+
+    return WorkflowSpec(name=name, seed=int(wf_seed), sources=sources, steps=steps, path=path,
+                        text=text, overrides=tuple(parsed), description=str(data.get("description") or ""))
+
+
+def _source(path: Path, base: Path, name: str, data: Any) -> SourceSpec:
+    where = f"source {name!r}"
+    if not _IDENT.match(name):
+        raise _err(path, "source names must be letters, digits, '_' or '-'", where)
+    if isinstance(data, str):
+        data = {"path": data}
+    if not isinstance(data, Mapping):
+        raise _err(path, "expected {path: FILE} or {table: NAME, db: FILE}", where)
+    _check_keys(path, data, SOURCE_KEYS, where)
+    fmt = data.get("format")
+    file = data.get("path") if data.get("path") is not None else data.get("db")
+    resolved = (base / str(file)).resolve() if file is not None else None
+    if fmt is None:
+        if data.get("table") is not None:
+            fmt = "duckdb"
+        elif file is not None:
+            suffix = Path(str(file)).suffix.lower()
+            fmt = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet",
+                   ".duckdb": "duckdb", ".db": "duckdb"}.get(suffix)
+            if fmt is None:
+                raise _err(path, f"cannot tell the format of {file!r} from its extension; add format: csv|parquet|duckdb", where)
+        else:
+            raise _err(path, "a source needs 'path' (a CSV or Parquet file) or 'table' (a DuckDB table)", where)
+    if fmt not in FORMATS:
+        raise _err(path, f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", where)
+    if fmt == "duckdb" and not data.get("table"):
+        raise _err(path, "a DuckDB source needs 'table'", where)
+    options = {k: data[k] for k in ("delimiter", "header", "quote", "na_values", "types") if k in data}
+    if "types" in options and not isinstance(options["types"], Mapping):
+        raise _err(path, "'types' must map column names to DuckDB types, e.g. {zip: VARCHAR}", where)
+    if "na_values" in options:
+        na = options["na_values"]
+        options["na_values"] = [na] if isinstance(na, str) else list(na)
+    return SourceSpec(name=name, format=fmt, path=resolved, table=data.get("table"), options=options)
+
+
+def _step(path: Path, name: str, data: Any, index: int) -> StepSpec:
+    where = f"step {name!r}"
+    if not _IDENT.match(name):
+        raise _err(path, "step names must be letters, digits, '_' or '-'", where)
+    if not isinstance(data, Mapping):
+        raise _err(path, "expected a mapping with 'uses', 'input' and 'with'", where)
+    _check_keys(path, data, STEP_KEYS, where)
+    uses = data.get("uses")
+    if not isinstance(uses, str) or not uses:
+        raise _err(path, "missing 'uses' (the built-in step or plugin to run)", where)
+    inputs = data.get("input", ())
+    inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs or ())
+    if not all(isinstance(i, str) for i in inputs):
+        raise _err(path, "'input' must be a name or a list of names", where)
+    after = data.get("after", ())
+    after = (after,) if isinstance(after, str) else tuple(after or ())
+    params = data.get("with") or {}
+    if not isinstance(params, Mapping):
+        raise _err(path, "'with' must be a mapping of parameter -> value", where)
+    return StepSpec(name=name, uses=uses, inputs=inputs, params=dict(params), after=after, index=index)

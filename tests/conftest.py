@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from anonflow import plugins
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = ROOT / "workflows"
+DATA = WORKFLOWS / "data"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry():
+    """Every test starts from the installed plugins; mock registrations never leak."""
+    plugins.set_registry(None)
+    yield
+    plugins.set_registry(None)
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return DATA
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A scratch folder with a copy of the Census data at data/sdcmicro/."""
+    (tmp_path / "data" / "sdcmicro").mkdir(parents=True)
+    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", tmp_path / "data" / "sdcmicro")
+    return tmp_path
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args: str, **kwargs):
+        from anonflow.cli import main
+
+        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
+
+    return invoke
+
+
+CENSUS_QI = ["AFNLWGT", "AGI", "EMCONTRB", "FEDTAX", "PTOTVAL", "STATETAX", "TAXINC", "POTHVAL",
+             "INTVAL", "PEARNVAL", "FICA", "WSALVAL", "ERNVAL"]
+
+
+def census_workflow(folder: Path, k: int = 5, extra: str = "", name: str = "wf.yaml") -> Path:
+    """A Census MDAV workflow in ``folder`` (which holds data/sdcmicro/); ``extra`` adds steps."""
+    text = textwrap.dedent(f"""\
+        name: census-test
+        seed: 7
+        sources:
+          census: {{path: data/sdcmicro/CASCrefmicrodata.csv}}
+        steps:
+          typed:
+            uses: typing
+            input: census
+            with:
+              quasi: [{", ".join(CENSUS_QI)}]
+          grouped:
+            uses: mdav
+            input: typed
+            with: {{k: {k}}}
+          scores:
+            uses: evaluate
+            input: [typed, grouped]
+            with: {{metrics: [sse-il, k-anonymity]}}
+          published:
+            uses: publish
+            input: grouped
+            with: {{publisher: parquet, path: out/census.parquet}}
+        """)
+    if extra:
+        text += textwrap.indent(textwrap.dedent(extra).strip("\n"), "  ") + "\n"
+    path = folder / name
+    path.write_text(text)
+    return path

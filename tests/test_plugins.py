@@ -1,0 +1,231 @@
+"""The plugin system: registration, validation of plugins, and the engine's guarantees
+around them. Mock plugins are registered directly with the plugin manager."""
+
+import ast
+import inspect
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from anonflow import hookspecs, plugins
+from anonflow.api import CLASS, Algorithm, Metric, Output, Param, Publisher, hookimpl
+from anonflow.errors import PluginError
+
+from .conftest import census_workflow, write
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOKS = [name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("anonflow_")]
+
+
+def use(*objs):
+    """Make the registry the installed plugins plus ``objs`` (mock plugin objects)."""
+    pm, dists = plugins.plugin_manager()
+    for i, obj in enumerate(objs):
+        pm.register(obj, name=f"mock{i}")
+    registry = plugins.Registry(pm, dists)
+    plugins.set_registry(registry)
+    return registry
+
+
+class DropsARecord(Algorithm):
+    name = "test.drops"
+    version = "0.0.1"
+
+    def run(self, table, params, ctx):
+        data = table.data.slice(1).append_column(CLASS, pa.array([0] * (table.num_rows - 1), pa.int64()))
+        return table.replace(data=data)
+
+
+class Crashes(Algorithm):
+    name = "test.crashes"
+    version = "9.9"
+
+    def run(self, table, params, ctx):
+        raise ZeroDivisionError("boom")
+
+
+class OneClass(Algorithm):
+    """Puts everything in one class: claims k-anonymity for the table size."""
+    name = "test.one-class"
+    version = "1"
+    params = (Param("claim", "int", default=2, min=1),)
+
+    def claims(self, params):
+        return {"k-anonymity": {"k": params["claim"]}}
+
+    def run(self, table, params, ctx):
+        data = table.data
+        for q in table.typing.quasi:
+            data = data.set_column(data.column_names.index(q), q, pa.array([0.0] * table.num_rows))
+        return table.replace(data=data.append_column(CLASS, pa.array([0] * table.num_rows, pa.int64())))
+
+
+class CountRows(Metric):
+    name = "test.rows"
+    requires_original = False
+
+    def compute(self, original, anonymized, params, ctx):
+        return {"test.rows": ctx.sql("SELECT count(*) FROM t", t=anonymized.data).to_pylist()[0]["count_star()"]}
+
+
+class Memory(Publisher):
+    name = "test.memory"
+    seen: list = []
+
+    def publish(self, table, params, ctx):
+        Memory.seen.append(table)
+        return [Output("memory://x", "0" * 64, table.num_rows)]
+
+
+class Provider:
+    def __init__(self, algorithms=(), metrics=(), publishers=()):
+        self.a, self.m, self.p = algorithms, metrics, publishers
+
+    @hookimpl
+    def anonflow_register_algorithms(self, register):
+        for a in self.a:
+            register(a)
+
+    @hookimpl
+    def anonflow_register_metrics(self, register):
+        for m in self.m:
+            register(m)
+
+    @hookimpl
+    def anonflow_register_publishers(self, register):
+        for p in self.p:
+            register(p)
+
+
+def test_every_hook_kind_registers_and_runs(cli, project):
+    use(Provider(algorithms=[OneClass()], metrics=[CountRows()], publishers=[Memory()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.one-class")
+                  .replace("[sse-il, k-anonymity]", "[test.rows, k-anonymity]")
+                  .replace("{publisher: parquet, path: out/census.parquet}", "{publisher: test.memory}")
+                  .replace("{k: 5}", "{}"))
+    Memory.seen.clear()
+    res = cli("run", wf, "--db", project / "s.duckdb", "--json", "--set", "grouped.claim=1080")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["metrics"]["scores.test.rows"] == 1080
+    assert out["metrics"]["scores.k-anonymity"] == 1080
+    assert out["outputs"] == [{"path": "memory://x", "sha256": "0" * 64, "rows": 1080}]
+    published = Memory.seen[0]
+    assert "_row" not in published.columns  # row ids are not published by default
+    listed = {p["name"]: p for p in json.loads(cli("plugins", "--json").output)}
+    assert listed["test.one-class"]["distribution"] == "(not installed)"
+
+
+def test_a_broken_claim_fails_the_run(cli, project):
+    use(Provider(algorithms=[OneClass()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.one-class").replace("{k: 5}", "{claim: 2000}"))
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 1
+    assert "privacy check 'k-anonymity' does not hold" in res.output
+    assert not (project / "out").exists()
+
+
+def test_an_algorithm_cannot_lose_records(cli, project):
+    use(Provider(algorithms=[DropsARecord()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.drops").replace("{k: 5}", "{}"))
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 1
+    assert "returned 1079 records for 1080 input records" in res.output
+
+
+def test_a_crashing_plugin_is_named(cli, project):
+    use(Provider(algorithms=[Crashes()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.crashes").replace("{k: 5}", "{}"))
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 1
+    assert "step 'grouped': test.crashes ((not installed) 9.9) failed: ZeroDivisionError: boom" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_duplicate_names_are_refused():
+    with pytest.raises(PluginError, match="metric name 'sse-il' is registered twice"):
+        class Dup(CountRows):
+            name = "sse-il"
+        use(Provider(metrics=[Dup()]))
+
+
+def test_registering_the_wrong_kind_is_refused():
+    with pytest.raises(PluginError, match="registered .* as a metric, but it is not an instance of anonflow.api.Metric"):
+        use(Provider(metrics=[OneClass()]))
+
+
+def test_bad_names_are_refused():
+    class Bad(CountRows):
+        name = "Has Spaces"
+    with pytest.raises(PluginError, match="must be lower-case"):
+        use(Provider(metrics=[Bad()]))
+
+
+def test_a_plugin_that_raises_while_registering_is_named():
+    class Broken:
+        @hookimpl
+        def anonflow_register_metrics(self, register):
+            raise RuntimeError("half installed")
+    with pytest.raises(PluginError, match="plugin 'mock0' .* failed while registering its metrics: RuntimeError"):
+        use(Broken())
+
+
+def test_misspelt_hook_names_are_caught():
+    class Typo:
+        @hookimpl
+        def anonflow_register_metric(self, register):  # missing the s
+            pass
+    pm, _ = plugins.plugin_manager()
+    pm.register(Typo())
+    from pluggy import PluginValidationError
+    with pytest.raises(PluginValidationError):
+        pm.check_pending()
+
+
+def test_anonflow_plugins_env_narrows_loading(monkeypatch, cli):
+    monkeypatch.setenv("ANONFLOW_PLUGINS", "")
+    plugins.set_registry(None)
+    assert json.loads(cli("plugins", "--json").output) == []
+
+
+# -- meta tests: the engine's boundaries and the docs stay honest ----------------------
+
+
+def test_engine_never_imports_the_first_party_plugins():
+    for path in (ROOT / "anonflow").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            assert not any(n.split(".")[0] in ("anonflow_std", "plugins") for n in names), f"{path} imports {names}"
+
+
+def test_only_the_store_talks_to_duckdb():
+    importers = set()
+    for path in (ROOT / "anonflow").rglob("*.py"):
+        if re.search(r"^\s*(import duckdb|from duckdb)", path.read_text(), flags=re.M):
+            importers.add(path.name)
+    assert importers <= {"store.py", "runner.py"}  # runner only reads duckdb.__version__
+    runner = (ROOT / "anonflow" / "runner.py").read_text()
+    assert "duckdb." not in runner.replace("duckdb.__version__", "")
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_every_hook_is_documented(hook):
+    assert f"`{hook}" in (ROOT / "docs" / "plugins.md").read_text()
+    assert getattr(hookspecs, hook).__doc__.strip()
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_every_hook_is_exercised_by_a_test(hook):
+    assert hook in Path(__file__).read_text()
