@@ -1,0 +1,87 @@
+"""Utility metrics and privacy checks."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from anonflow.api import CLASS, ROW, InputError, Metric, Param, StepContext, TypedTable
+
+from . import __version__
+from .common import zscores
+
+
+def aligned(original: TypedTable, anonymized: TypedTable, metric: str) -> None:
+    """Both tables must hold the same records in the same (``_row``) order."""
+    if not np.array_equal(original.rows(), anonymized.rows()):
+        raise InputError(f"metric {metric!r} compares records one to one, but the two inputs hold different "
+                         f"records ({original.num_rows} vs {anonymized.num_rows}); give it [original, anonymized] "
+                         "from the same workflow")
+
+
+def sql_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class SseIl(Metric):
+    name = "sse-il"
+    version = __version__
+    description = "Information loss IL = 100 * SSE / SST on z-scored numeric QIs (SPEC section 8)."
+    category = "utility"
+    params = (
+        Param("columns", "list", items="str", default=None, nullable=True,
+              help="numeric columns to measure (default: the continuous quasi-identifiers)"),
+    )
+
+    def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
+                ctx: StepContext) -> dict[str, float]:
+        assert original is not None
+        aligned(original, anonymized, self.name)
+        cols = params["columns"] or [a.name for a in original.typing.attributes
+                                     if a.role == "quasi" and a.type == "continuous"]
+        if not cols:
+            raise InputError("sse-il needs numeric columns: no continuous quasi-identifier is typed")
+        for c in cols:
+            if c not in original.columns or c not in anonymized.columns:
+                raise InputError(f"sse-il: column {c!r} is not in both tables")
+        Xo = original.numeric(cols)
+        Xa = anonymized.numeric(cols)
+        Zo, _ = zscores(Xo, cols)
+        std = Xo.std(axis=0)
+        std = np.where(std == 0, 1.0, std)
+        sst = float(np.sum(Zo * Zo))
+        diff = (Xo - Xa) / std
+        sse = float(np.sum(diff * diff))
+        return {"sse-il": 100.0 * sse / sst if sst > 0 else 0.0, "sse-il.sse": sse, "sse-il.sst": sst}
+
+
+class KAnonymity(Metric):
+    name = "k-anonymity"
+    version = __version__
+    description = "Smallest equivalence class over the published QI values, computed in DuckDB SQL."
+    category = "privacy"
+    requires_original = False
+    params = (
+        Param("k", "int", default=None, min=1, nullable=True,
+              help="required class size (default: the k the algorithm claims)"),
+    )
+
+    def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
+                ctx: StepContext) -> dict[str, float]:
+        quasi = anonymized.typing.quasi
+        if not quasi:
+            raise InputError("k-anonymity needs quasi-identifiers in the typing of its input")
+        k = params["k"] if params["k"] is not None else anonymized.claims.get("k-anonymity", {}).get("k")
+        published = anonymized.data.drop_columns([c for c in (ROW, CLASS) if c in anonymized.columns])
+        group = ", ".join(sql_ident(c) for c in quasi)
+        row = ctx.sql(
+            f"WITH classes AS (SELECT count(*) AS n FROM published GROUP BY {group}) "
+            "SELECT min(n), count(*), count(*) FILTER (WHERE n < ?) FROM classes",
+            [k or 0], published=published).to_pylist()[0]
+        smallest, classes, violating = row.values()
+        out = {"k-anonymity": float(smallest or 0), "k-anonymity.classes": float(classes)}
+        if k is not None:
+            out.update({"k-anonymity.k": float(k), "k-anonymity.violating_classes": float(violating),
+                        "k-anonymity.holds": float(violating == 0)})
+        return out
