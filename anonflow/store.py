@@ -464,3 +464,12 @@ class Store:
         row = self._one("SELECT r.run_id FROM af_step_runs s JOIN af_runs r USING (run_id) WHERE s.step = ? "
                                "ORDER BY r.started_at DESC LIMIT 1", [step])
         return row[0] if row else None
+
+
+def schema_markdown() -> str:
+    """The store's schema as Markdown, rendered from the migrations (docs/store.md embeds it)."""
+    parts = []
+    for version, (name, sql) in enumerate(MIGRATIONS, start=1):
+        body = "\n".join(line[8:] if line.startswith(" " * 8) else line.strip() for line in sql.strip("\n").splitlines())
+        parts.append(f"### Migration {version}: {name}\n\n```sql\n{body.strip()}\n```\n")
+    return "\n".join(parts)

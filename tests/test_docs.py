@@ -1,0 +1,30 @@
+"""The docs stay honest: they are checked against the code."""
+
+from pathlib import Path
+
+import pytest
+
+from anonflow.builtins import BUILTINS
+from anonflow.store import schema_markdown
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_store_schema_doc_is_rendered_from_the_migrations():
+    assert schema_markdown() in (DOCS / "store.md").read_text()
+
+
+@pytest.mark.parametrize("step", sorted(BUILTINS))
+def test_every_builtin_step_parameter_is_documented(step):
+    text = (DOCS / "workflows.md").read_text()
+    assert f"### `{step}` (built-in)" in text
+    for p in BUILTINS[step].params:
+        assert f"| `{p.name}` |" in text, f"{step}.{p.name}"
+
+
+def test_readme_links_resolve():
+    import re
+
+    for target in re.findall(r"\]\(([^)#]+)\)", README.read_text()):
+        assert (README.parent / target).exists(), target
