@@ -8,6 +8,7 @@ before anything runs (:meth:`Builtin.validate`), and then runs on Arrow tables.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -16,6 +17,7 @@ import pyarrow.compute as pc
 
 from .api import Output, StepContext
 from .errors import InputError, RunError, WorkflowError
+from .grading import Grading, check_grading_against, load_grading
 from .params import Param, ParamError, suggest, validate_params
 from .schema import CLASS, ROW, TYPES, Attribute, Typing
 from .table import TypedTable
@@ -41,8 +43,10 @@ class Builtin:
     params: tuple[Param, ...] = ()
     description: str = ""
 
-    def check_params(self, given: Mapping[str, Any], registry: Any, where: str) -> dict[str, Any]:
-        """Validate the step's ``with:`` block; return it with defaults filled in."""
+    def check_params(self, given: Mapping[str, Any], registry: Any, where: str,
+                     base_dir: Path | None = None) -> dict[str, Any]:
+        """Validate the step's ``with:`` block; return it with defaults filled in (and files
+        it names resolved to their content, so fingerprints see a changed file)."""
         try:
             return validate_params(self.params, given)
         except ParamError as exc:
@@ -89,11 +93,22 @@ def _type_spec(value: Any, role: str, column: str, where: str) -> dict[str, Any]
         raise WorkflowError(f"{role} column {column!r}: expected a type name or {{type: ..., order: [...]}}, got {value!r}",
                             where=where)
     spec = dict(value)
+    keys = ("type", "order", "weights", "beta", "w12", "grading")
     for key in spec:
-        if key not in ("type", "order", "weights"):
-            raise WorkflowError(f"{role} column {column!r}: unknown key {key!r}{suggest(key, ('type', 'order', 'weights'))}",
-                                where=where)
+        if key not in keys:
+            raise WorkflowError(f"{role} column {column!r}: unknown key {key!r}{suggest(key, keys)}; "
+                                f"expected {', '.join(keys)}", where=where)
     t = spec.get("type")
+    for key in ("beta", "w12"):
+        if key in spec:
+            if t != "semantic":
+                raise WorkflowError(f"{role} column {column!r}: {key!r} is a code hierarchy tree weight and "
+                                    "needs type: semantic", where=where)
+            v = spec[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise WorkflowError(f"{role} column {column!r}: {key!r} must be a number >= 0, got {v!r}", where=where)
+    if "grading" in spec and role != "sensitive":
+        raise WorkflowError(f"column {column!r}: a sensitivity grading belongs to a sensitive attribute", where=where)
     if t is not None and t not in TYPES:
         raise WorkflowError(f"{role} column {column!r}: type must be one of {', '.join(TYPES)}, got {t!r}"
                             f"{suggest(str(t), TYPES)}", where=where)
@@ -135,6 +150,18 @@ class TypingStep(Builtin):
         Param("missing_values", "list", items="str", default=[],
               help="extra strings that mean 'missing' (e.g. '?'); empty cells are always missing"),
     )
+
+    def check_params(self, given, registry, where, base_dir=None):
+        params = super().check_params(given, registry, where, base_dir)
+        roles = self.roles(params, where)
+        graded = {c: spec for c, (role, spec) in roles.items() if "grading" in spec}
+        if graded:
+            sens = dict(_role_entries(params["sensitive"], "sensitive", where))
+            for column, spec in graded.items():
+                sens[column] = {**spec, "grading": load_grading(spec["grading"], base_dir or Path.cwd(),
+                                                                 where=f"{where}: grading of {column!r}")}
+            params["sensitive"] = sens
+        return params
 
     def roles(self, params: Mapping[str, Any], where: str) -> dict[str, tuple[str, dict[str, Any]]]:
         out: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -229,11 +256,19 @@ class TypingStep(Builtin):
                 _check_order(col, c, spec["order"], where)
             if col is not table.column(c):
                 table = table.set_column(table.column_names.index(c), c, col)
+            options: dict[str, Any] = {}
+            if typ == "semantic":
+                options = {"beta": float(spec.get("beta", 1.0)), "w12": float(spec.get("w12", 0.0))}
+            if "grading" in spec:
+                grading = Grading.from_json(spec["grading"])
+                for note in check_grading_against(grading, col, c, where):
+                    ctx.note(note)
+                options["grading"] = spec["grading"]
             attributes.append(Attribute(
                 name=c, role=role, type=typ,
                 order=tuple(map(str, spec["order"])) if "order" in spec else None,
                 weights=tuple(float(w) for w in spec["weights"]) if "weights" in spec else None,
-                source="declared" if declared else ("inferred" if typ else "declared")))
+                source="declared" if declared else ("inferred" if typ else "declared"), options=options))
         summary["records_out"] = table.num_rows
         summary["typing"] = {a.name: f"{a.role}:{a.type}" if a.type else a.role for a in attributes}
         return TypedTable(table, Typing(tuple(attributes), params["missing"])), summary
@@ -448,7 +483,7 @@ class PublishStep(Builtin):
         rest = {k: v for k, v in params.items() if k not in own}
         return own, rest
 
-    def check_params(self, given, registry, where):
+    def check_params(self, given, registry, where, base_dir=None):
         own, _, rest = self.validate_all(given, registry, where)
         return {**own, **rest}
 

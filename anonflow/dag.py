@@ -148,7 +148,7 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             node.typed = True
         else:
             b = BUILTINS[node.uses]
-            node.params = b.check_params(given, registry, where)
+            node.params = b.check_params(given, registry, where, spec.base_dir)
             node.columns = b.validate(node.params, static, registry, where)
             node.typed = node.kind == "typing"
     return Plan(spec=spec, graph=graph, order=order, nodes=nodes)

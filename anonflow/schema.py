@@ -34,6 +34,9 @@ class Attribute:
     weights: tuple[float, ...] | None = None
     #: how the type was decided: "declared" or "inferred".
     source: str = "declared"
+    #: type-specific settings: semantic ``beta`` and ``w12`` (code hierarchy tree weights,
+    #: SPEC section 2); a sensitive attribute's ``grading`` (:class:`anonflow.grading.Grading` as JSON).
+    options: dict[str, Any] = field(default_factory=dict, compare=True, hash=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role, "type": self.type}
@@ -42,6 +45,8 @@ class Attribute:
         if self.weights is not None:
             out["weights"] = list(self.weights)
         out["source"] = self.source
+        if self.options:
+            out["options"] = self.options
         return out
 
     @classmethod
@@ -53,6 +58,7 @@ class Attribute:
             order=tuple(data["order"]) if data.get("order") is not None else None,
             weights=tuple(data["weights"]) if data.get("weights") is not None else None,
             source=data.get("source", "declared"),
+            options=dict(data.get("options") or {}),
         )
 
 

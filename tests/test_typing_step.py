@@ -81,3 +81,29 @@ def test_bad_role_declarations(given, fragment):
     with pytest.raises(WorkflowError) as info:
         run({"a": ["x", "y"]}, **given)
     assert fragment in str(info.value)
+
+
+def test_semantic_options_and_grading_are_carried_in_the_typing(tmp_path):
+    (tmp_path / "g.yaml").write_text("levels:\n  - {alpha: 0.3, values: [flu]}\n  - {alpha: 0.6, values: [cold, none]}\n")
+    given = {"quasi": {"zip": {"type": "semantic", "beta": 2, "w12": 0.5}},
+             "sensitive": {"disease": {"grading": "g.yaml"}}}
+    params = STEP.check_params(given, None, "w", tmp_path)
+    assert params["sensitive"]["disease"]["grading"]["sha256"]
+    table = pa.table({"_row": pa.array([0, 1], pa.int64()), "zip": ["150001", "150002"], "disease": ["flu", "cold"]})
+    ctx = make_context()
+    typed, _ = STEP.run(table, params, ctx, "w")
+    assert typed.typing.get("zip").options == {"beta": 2.0, "w12": 0.5}
+    grading = typed.typing.get("disease").options["grading"]
+    assert [lv["values"] for lv in grading["levels"]] == [["flu"], ["cold", "none"]]
+    assert ctx.notes == ["grading of 'disease' names 'none', which does not occur in the data"]
+
+
+@pytest.mark.parametrize("given, fragment", [
+    ({"quasi": {"a": {"type": "nominal", "beta": 1}}}, "'beta' is a code hierarchy tree weight and needs type: semantic"),
+    ({"quasi": {"a": {"grading": "g.yaml"}}}, "a sensitivity grading belongs to a sensitive attribute"),
+    ({"quasi": ["a"], "sensitive": {"s": {"grading": "missing.yaml"}}}, "grading file not found"),
+])
+def test_bad_semantic_and_grading_declarations(tmp_path, given, fragment):
+    with pytest.raises(WorkflowError) as info:
+        STEP.check_params(given, None, "w", tmp_path)
+    assert fragment in str(info.value)
