@@ -21,13 +21,14 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import AnonflowError, InputError, PluginError, RunError
+from .hierarchy import Hierarchy
 from .hookspecs import hookimpl
 from .params import REQUIRED, Param
 from .schema import CLASS, ROW, Attribute, Typing
 from .table import TypedTable
 
 __all__ = [
-    "Algorithm", "Metric", "Publisher", "Param", "REQUIRED", "StepContext", "Output",
+    "Algorithm", "Metric", "Publisher", "HierarchyBuilder", "Hierarchy", "Param", "REQUIRED", "StepContext", "Output",
     "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
     "InputError", "RunError", "PluginError", "atomic_write",
 ]
@@ -92,6 +93,21 @@ class Publisher(Plugin):
 
     def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: "StepContext") -> list["Output"]:
         """Write ``table`` and return one :class:`Output` per file written."""
+        raise NotImplementedError
+
+
+class HierarchyBuilder(Plugin):
+    """Builds a generalization hierarchy for one column."""
+
+    kind = "hierarchy"
+    #: the parameter a scalar shorthand fills: ``age: {interval: [5, 10]}`` means widths: [5, 10].
+    primary: ClassVar[str | None] = None
+    #: parameters that name files, resolved against the workflow's folder; their content
+    #: hash becomes part of the step's fingerprint.
+    files: ClassVar[tuple[str, ...]] = ()
+
+    def build(self, column: str, values: pa.Array, params: Mapping[str, Any], ctx: "StepContext") -> "Hierarchy":
+        """Return the hierarchy of ``column`` given its distinct non-null ``values``."""
         raise NotImplementedError
 
 

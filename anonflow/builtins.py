@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from .api import Output, StepContext
 from .errors import InputError, RunError, WorkflowError
 from .grading import Grading, check_grading_against, load_grading
+from .hierarchy import Hierarchy
 from .params import Param, ParamError, suggest, validate_params
 from .schema import CLASS, ROW, TYPES, Attribute, Typing
 from .table import TypedTable
@@ -353,6 +354,94 @@ def _check_order(col: pa.ChunkedArray, c: str, order: list, where: str) -> None:
                          f"({', '.join(map(str, order))})", where=where)
 
 
+# -- hierarchy -------------------------------------------------------------------------
+
+
+class HierarchyStep(Builtin):
+    uses = kind = "hierarchy"
+    description = "Build generalization hierarchies for columns and attach them to the table (SPEC section 2)."
+    params = ()  # one entry per column: {column: {builder: parameters}}
+
+    def check_params(self, given, registry, where, base_dir=None):
+        if not given:
+            raise WorkflowError("name at least one column: {column: {builder: parameters}}, e.g. "
+                                "age: {interval: [5, 10, 20]}", where=where)
+        out: dict[str, Any] = {}
+        for column, spec in given.items():
+            cwhere = f"{where}: column {column!r}"
+            if not isinstance(spec, Mapping) or len(spec) != 1:
+                raise WorkflowError("expected {builder: parameters}, e.g. {interval: [5, 10, 20]} or "
+                                    f"{{arx: hierarchy.csv}}; builders: {', '.join(registry.names('hierarchy'))}",
+                                    where=cwhere)
+            (name, bparams), = spec.items()
+            reg = registry.get("hierarchy", str(name), where=cwhere)
+            builder = reg.obj
+            declared = {p.name: p for p in builder.params}
+            primary = declared.get(builder.primary or "")
+            if isinstance(bparams, Mapping) and primary is not None and primary.kind in ("dict", "any") \
+                    and not set(bparams) <= set(declared):
+                bparams = {builder.primary: bparams}  # {taxonomy: {Europe: [...]}} is the tree itself
+            if not isinstance(bparams, Mapping):
+                if builder.primary is None:
+                    raise WorkflowError(f"hierarchy builder {reg.name!r} takes a mapping of parameters", where=cwhere)
+                bparams = {builder.primary: bparams}
+            try:
+                validated = validate_params(builder.params, bparams)
+            except ParamError as exc:
+                raise WorkflowError(f"hierarchy builder {reg.name!r}: {exc}", where=cwhere) from None
+            files = {}
+            for key in builder.files:
+                if validated.get(key) is None:
+                    continue
+                path = ((base_dir or Path.cwd()) / str(validated[key])).resolve()
+                if not path.is_file():
+                    raise WorkflowError(f"hierarchy file not found: {path}", where=cwhere)
+                validated[key] = str(path)
+                files[key] = _sha256(path)
+            out[str(column)] = {"builder": reg.name, "version": reg.version, "params": validated, "files": files}
+        return out
+
+    def validate(self, params, inputs, registry, where):
+        if not inputs[0].typed:
+            raise WorkflowError(f"input {inputs[0].name!r} is not typed; build hierarchies on a typing step's "
+                                "output", where=where)
+        cols = inputs[0].columns
+        if cols is not None:
+            for column in params:
+                if column not in cols:
+                    raise WorkflowError(f"column {column!r} is not in input {inputs[0].name!r}"
+                                        f"{suggest(column, cols)}", where=where)
+        return cols
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], registry: Any, ctx: StepContext,
+            where: str) -> tuple[TypedTable, dict]:
+        hierarchies = dict(table.hierarchies)
+        summary: dict[str, Any] = {"hierarchies": {}}
+        for column, spec in params.items():
+            reg = registry.get("hierarchy", spec["builder"], where=where)
+            cwhere = f"{where}: column {column!r}"
+            col = table.data.column(column)
+            values = pc.unique(pc.drop_null(col))
+            if isinstance(values, pa.ChunkedArray):
+                values = values.combine_chunks()
+            origin = spec["params"].get("file") or reg.name
+            built = reg.obj.build(column, values, spec["params"], ctx)
+            h = Hierarchy.from_levels(column, [built.level(i) for i in range(built.height + 1)], builder=reg.name)
+            h.validate(cwhere, str(origin))
+            h.check_covers(col, cwhere, str(origin))
+            hierarchies[column] = h
+            summary["hierarchies"][column] = h.describe()
+            ctx.note(f"{column}: {reg.name} hierarchy with levels 0..{h.height} "
+                     f"({' / '.join(map(str, h.describe()['distinct_per_level']))} distinct values)")
+        return table.replace(hierarchies=hierarchies), summary
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 # -- evaluate --------------------------------------------------------------------------
 
 
@@ -525,4 +614,4 @@ def for_publication(table: TypedTable, keep_row: bool = False) -> TypedTable:
     return table.replace(data=data)
 
 
-BUILTINS: dict[str, Builtin] = {b.uses: b for b in (TypingStep(), EvaluateStep(), PublishStep())}
+BUILTINS: dict[str, Builtin] = {b.uses: b for b in (TypingStep(), HierarchyStep(), EvaluateStep(), PublishStep())}

@@ -282,5 +282,60 @@ def lineage(target: str, db: str, run_id: str | None, as_json: bool) -> None:
             click.echo(f"{pad}  {key} = {value:.6g}")
 
 
+@main.group()
+def hierarchy() -> None:
+    """Inspect generalization hierarchies."""
+
+
+@hierarchy.command("show")
+@click.argument("target")
+@click.argument("column", required=False)
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
+@click.option("--run", "run_id", default=None, help="Look the step up in this run (default: the latest).")
+@click.option("--limit", default=50, show_default=True, help="How many values to print (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_guard
+def hierarchy_show(target: str, column: str | None, db: str, run_id: str | None, limit: int, as_json: bool) -> None:
+    """Print the hierarchy of COLUMN attached to TARGET (a step name or a store table);
+    without COLUMN, list the columns that have one."""
+    from .errors import StoreError
+    from .lineage import _resolve
+
+    with Store(db, read_only=True) as store:
+        table_name = target if store.artifact(target) else (_resolve(store, target, run_id).get("output_table"))
+        if not table_name:
+            raise StoreError(f"{target!r} produced no table")
+        table = store.get(table_name)
+    hs = table.hierarchies
+    if column is None:
+        if as_json:
+            _echo_json({c: h.describe() for c, h in hs.items()})
+            return
+        if not hs:
+            click.echo(f"{target}: no hierarchies (add a hierarchy step)")
+        for c, h in hs.items():
+            d = h.describe()
+            click.echo(f"{c:<20} {d['builder']:<10} levels 0..{d['height']}  distinct per level: "
+                       + " / ".join(map(str, d["distinct_per_level"])))
+        return
+    if column not in hs:
+        from .params import suggest
+
+        raise StoreError(f"{target!r} has no hierarchy for {column!r}{suggest(column, hs)}; "
+                         f"it has: {', '.join(hs) or 'none'}")
+    h = hs[column]
+    rows = h.table.to_pylist()
+    if as_json:
+        _echo_json({**h.describe(), "rows": rows})
+        return
+    shown = rows if limit <= 0 else rows[:limit]
+    widths = [max(len(f"level{i}"), *(len(str(r[f"level{i}"])) for r in shown)) for i in range(h.height + 1)]
+    click.echo("  ".join(f"level{i}".ljust(w) for i, w in enumerate(widths)))
+    for r in shown:
+        click.echo("  ".join(str(r[f"level{i}"]).ljust(w) for i, w in enumerate(widths)))
+    if len(shown) < len(rows):
+        click.echo(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

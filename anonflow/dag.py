@@ -28,7 +28,7 @@ class Node:
     """A source or a step, ready to run."""
 
     name: str
-    kind: str  # source | typing | algorithm | evaluate | publish
+    kind: str  # source | typing | hierarchy | algorithm | evaluate | publish
     uses: str
     inputs: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
@@ -150,7 +150,7 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             b = BUILTINS[node.uses]
             node.params = b.check_params(given, registry, where, spec.base_dir)
             node.columns = b.validate(node.params, static, registry, where)
-            node.typed = node.kind == "typing"
+            node.typed = node.kind in ("typing", "hierarchy")
     return Plan(spec=spec, graph=graph, order=order, nodes=nodes)
 
 

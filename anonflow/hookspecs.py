@@ -55,3 +55,15 @@ def anonflow_register_publishers(register: Callable[[object], None]) -> None:
         returns what it wrote as :class:`anonflow.api.Output` records.
     :return: nothing; the result of the hook is ignored.
     """
+
+
+@hookspec
+def anonflow_register_hierarchy_builders(register: Callable[[object], None]) -> None:
+    """Register hierarchy builders, used by the built-in ``hierarchy`` step.
+
+    :param register: call ``register(builder)`` once per
+        :class:`anonflow.api.HierarchyBuilder` instance. A builder turns a column's distinct
+        values and its parameters into a :class:`anonflow.hierarchy.Hierarchy` (one row per
+        value, one column per level); the engine then validates it against the data.
+    :return: nothing; the result of the hook is ignored.
+    """

@@ -18,16 +18,18 @@ from typing import Any, Iterator
 import pluggy
 
 from . import hookspecs
-from .api import Algorithm, Metric, Plugin, Publisher
+from .api import Algorithm, HierarchyBuilder, Metric, Plugin, Publisher
 from .errors import PluginError, WorkflowError
 from .params import Param, suggest
 
 GROUP = "anonflow"
-KINDS: dict[str, type[Plugin]] = {"algorithm": Algorithm, "metric": Metric, "publisher": Publisher}
+KINDS: dict[str, type[Plugin]] = {"algorithm": Algorithm, "metric": Metric, "publisher": Publisher,
+                                  "hierarchy": HierarchyBuilder}
 _HOOKS = {
     "algorithm": "anonflow_register_algorithms",
     "metric": "anonflow_register_metrics",
     "publisher": "anonflow_register_publishers",
+    "hierarchy": "anonflow_register_hierarchy_builders",
 }
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 

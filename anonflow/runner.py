@@ -160,7 +160,7 @@ class Runner:
         rec["fingerprint"] = fingerprint
         lineage = [(a.table, None) for a in inputs]
 
-        if use_cache and node.kind in ("typing", "algorithm", "evaluate"):
+        if use_cache and node.kind in ("typing", "hierarchy", "algorithm", "evaluate"):
             cached = self.store.cached_step(fingerprint)
             if cached is not None:
                 rec.update(status="cached", cached_from=cached["run_id"], output_table=cached["output_table"],
@@ -184,6 +184,9 @@ class Runner:
         try:
             if node.kind == "typing":
                 typed, summary = BUILTINS["typing"].run(tables[0].data, node.params, ctx, where)
+                self._store_output(node, typed, rec, run_id)
+            elif node.kind == "hierarchy":
+                typed, summary = BUILTINS["hierarchy"].run(tables[0], node.params, self.registry, ctx, where)
                 self._store_output(node, typed, rec, run_id)
             elif node.kind == "algorithm":
                 typed = self._run_algorithm(node, tables[0], ctx, where)

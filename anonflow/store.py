@@ -23,6 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from .errors import InputError, StoreError
+from .hierarchy import Hierarchy
 from .schema import RESERVED, ROW, Typing
 from .spec import SourceSpec
 from .table import TypedTable, canonical, table_hash
@@ -96,6 +97,10 @@ MIGRATIONS: list[tuple[str, str]] = [
             sha256 VARCHAR NOT NULL,
             rows   BIGINT NOT NULL
         );
+    """),
+    ("hierarchies of typed tables", """
+        -- column -> {"table": name of the hierarchy's data table, "builder": ...}
+        ALTER TABLE af_tables ADD COLUMN hierarchies JSON;
     """),
 ]
 
@@ -302,8 +307,12 @@ class Store:
         data_hash = table_hash(data)
         typing_json = typed.typing.dumps() if typed else None
         claims_json = _json(typed.claims) if typed else None
+        hierarchies = {c: self.put(h.table, run_id=run_id, step=step) for c, h in
+                       sorted(typed.hierarchies.items())} if typed else {}
+        hier_json = _json({c: {"table": a.table, "builder": typed.hierarchies[c].builder}
+                           for c, a in hierarchies.items()}) if hierarchies else None
         digest = data_hash if typed is None else hashlib.sha256(
-            f"{data_hash}\0{typing_json}\0{claims_json}".encode()).hexdigest()
+            f"{data_hash}\0{typing_json}\0{claims_json}\0{hier_json}".encode()).hexdigest()
         name = f"t_{digest[:24]}"
         if self.artifact(name) is not None:
             return Artifact(name, digest, data.num_rows)
@@ -312,8 +321,10 @@ class Store:
             self.con.register("_af_incoming", data)
             self.con.execute(f"CREATE TABLE {ident(name)} AS SELECT * FROM _af_incoming")
             self.con.unregister("_af_incoming")
-            self.con.execute("INSERT INTO af_tables VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             [name, digest, data_hash, data.num_rows, typing_json, claims_json, run_id, step, _now()])
+            self.con.execute("INSERT INTO af_tables (name, hash, data_hash, rows, typing, claims, created_run, "
+                             "created_step, created_at, hierarchies) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             [name, digest, data_hash, data.num_rows, typing_json, claims_json, run_id, step, _now(),
+                              hier_json])
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")
@@ -321,14 +332,25 @@ class Store:
         return Artifact(name, digest, data.num_rows)
 
     def get(self, name: str) -> TypedTable:
-        row = self._one("SELECT typing, claims FROM af_tables WHERE name = ?", [name])
+        row = self._one("SELECT typing, claims, hierarchies FROM af_tables WHERE name = ?", [name])
         if row is None:
             raise StoreError(f"table {name} is not in the store {self.path}")
-        order = f" ORDER BY {ident(ROW)}"
-        data = _arrow(self.con.sql(f"SELECT * FROM {ident(name)}{order}"))
+        data = self.data(name)
         typing = Typing.from_json(json.loads(row[0])) if row[0] else Typing()
         claims = json.loads(row[1]) if row[1] else {}
-        return TypedTable(data, typing, claims)
+        hierarchies = {}
+        for column, ref in (json.loads(row[2]) if row[2] else {}).items():
+            hierarchies[column] = Hierarchy(column, self.data(ref["table"]), ref.get("builder", ""))
+        return TypedTable(data, typing, claims, hierarchies)
+
+    def data(self, name: str) -> pa.Table:
+        """A stored table's data in canonical order."""
+        cols = [r[0] for r in self.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+            [name]).fetchall()]
+        keys = [ROW] if ROW in cols else cols
+        order = ", ".join(ident(k) for k in keys)
+        return _arrow(self.con.sql(f"SELECT * FROM {ident(name)} ORDER BY {order}"))
 
     def artifact(self, name: str) -> Artifact | None:
         row = self._one("SELECT name, hash, rows FROM af_tables WHERE name = ?", [name])

@@ -32,6 +32,8 @@ class TypedTable:
     typing: Typing
     #: privacy models the producing algorithm guarantees, e.g. ``{"k-anonymity": {"k": 5}}``.
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: generalization hierarchies by column (:class:`anonflow.hierarchy.Hierarchy`).
+    hierarchies: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_rows(self) -> int:
@@ -56,10 +58,11 @@ class TypedTable:
         return self.data.column(CLASS).to_numpy()
 
     def replace(self, data: pa.Table | None = None, typing: Typing | None = None,
-                claims: dict | None = None) -> "TypedTable":
+                claims: dict | None = None, hierarchies: dict | None = None) -> "TypedTable":
         return TypedTable(data if data is not None else self.data,
                           typing if typing is not None else self.typing,
-                          claims if claims is not None else self.claims)
+                          claims if claims is not None else self.claims,
+                          hierarchies if hierarchies is not None else self.hierarchies)
 
 
 def canonical(table: pa.Table) -> pa.Table:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from anonflow import hookspecs, plugins
-from anonflow.api import CLASS, Algorithm, Metric, Output, Param, Publisher, hookimpl
+from anonflow.api import CLASS, Algorithm, Hierarchy, HierarchyBuilder, Metric, Output, Param, Publisher, hookimpl
 from anonflow.errors import PluginError
 
 from .conftest import census_workflow, write
@@ -81,8 +81,13 @@ class Memory(Publisher):
 
 
 class Provider:
-    def __init__(self, algorithms=(), metrics=(), publishers=()):
-        self.a, self.m, self.p = algorithms, metrics, publishers
+    def __init__(self, algorithms=(), metrics=(), publishers=(), builders=()):
+        self.a, self.m, self.p, self.b = algorithms, metrics, publishers, builders
+
+    @hookimpl
+    def anonflow_register_hierarchy_builders(self, register):
+        for b in self.b:
+            register(b)
 
     @hookimpl
     def anonflow_register_algorithms(self, register):
@@ -118,6 +123,28 @@ def test_every_hook_kind_registers_and_runs(cli, project):
     assert "_row" not in published.columns  # row ids are not published by default
     listed = {p["name"]: p for p in json.loads(cli("plugins", "--json").output)}
     assert listed["test.one-class"]["distribution"] == "(not installed)"
+
+
+class Halves(HierarchyBuilder):
+    """Numbers -> below / above the median -> *."""
+    name = "test.halves"
+
+    def build(self, column, values, params, ctx):
+        import numpy as np
+        x = values.to_numpy()
+        mid = np.median(x)
+        return Hierarchy.from_levels(column, [values, ["low" if v <= mid else "high" for v in x], ["*"] * len(x)])
+
+
+def test_a_third_party_hierarchy_builder_is_used_by_the_hierarchy_step(cli, project):
+    use(Provider(builders=[Halves()]))
+    wf = census_workflow(project, extra="""
+        hier: {uses: hierarchy, input: typed, with: {AGI: {test.halves: {}}}}
+    """)
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 0, res.output
+    shown = cli("hierarchy", "show", "hier", "--db", project / "s.duckdb")
+    assert "AGI" in shown.output and "test.halves" in shown.output
 
 
 def test_a_broken_claim_fails_the_run(cli, project):

@@ -32,3 +32,13 @@ def anonflow_register_publishers(register):
 
     register(CsvPublisher())
     register(ParquetPublisher())
+
+
+@hookimpl
+def anonflow_register_hierarchy_builders(register):
+    from .hierarchies import ArxFile, Intervals, Masking, Taxonomy
+
+    register(ArxFile())
+    register(Intervals())
+    register(Masking())
+    register(Taxonomy())

@@ -1,0 +1,1 @@
+"""Vectorized attribute-semantics kernels (SPEC sections 1-5, 8)."""
