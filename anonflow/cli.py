@@ -154,10 +154,17 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
 @_guard
 def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: bool) -> None:
     """Validate a workflow file and print its steps in execution order (runs nothing)."""
+    from .dag import preview_typing
+
     spec = load_workflow(workflow, overrides, seed)
     p = build_plan(spec, get_registry())
+    typings = preview_typing(p)
     if as_json:
-        _echo_json({"workflow": spec.name, "seed": spec.seed, "steps": [n.to_json() for n in p.steps()]})
+        steps = [n.to_json() for n in p.steps()]
+        for s in steps:
+            if s["name"] in typings:
+                s["typing"] = typings[s["name"]]["typing"].to_json()
+        _echo_json({"workflow": spec.name, "seed": spec.seed, "steps": steps})
         return
     click.echo(f"workflow {spec.name} (seed {spec.seed}): {len(p.order)} nodes, valid")
     for i, node in enumerate(p.steps(), start=1):
@@ -167,6 +174,22 @@ def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: 
             continue
         src = ", ".join(node.inputs)
         click.echo(f"{i:>3}. {node.name}  [{node.kind}: {node.uses} {node.version}] <- {src}")
+        if node.name in typings:
+            t = typings[node.name]
+            for a in t["typing"].attributes:
+                kind = f"{a.role} {a.type}" if a.type else a.role
+                how = f" ({a.source})" if a.type else ""
+                extra = ""
+                if a.order:
+                    extra = f" order {' < '.join(a.order)}"
+                if "grading" in a.options:
+                    extra = f" graded in {len(a.options['grading']['levels'])} levels"
+                click.echo(f"       {a.name}: {kind}{how}{extra}")
+            if t["summary"].get("columns_dropped"):
+                click.echo(f"       dropped: {', '.join(t['summary']['columns_dropped'])}")
+            for note in t["notes"]:
+                click.echo(f"       note: {note}")
+            continue
         for key, value in node.params.items():
             click.echo(f"       {key} = {json.dumps(value, default=str)}")
 

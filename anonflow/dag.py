@@ -159,3 +159,33 @@ def _describe(spec: WorkflowSpec, src: SourceSpec) -> list[tuple[str, str]]:
         return describe_source(src)
     except InputError as exc:
         raise InputError(exc.message, where=spec.where(exc.where or f"source {src.name!r}")) from None
+
+
+def preview_typing(plan: Plan) -> dict[str, Any]:
+    """The typing each typing step fed directly by a source will produce, computed on the
+    data without storing anything (``anonflow plan`` prints it)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from .api import StepContext
+    from .schema import ROW as _ROW
+    from .store import Store, read_source
+
+    out: dict[str, Any] = {}
+    scratch = Store(":memory:")
+    try:
+        for name in plan.order:
+            node = plan.nodes[name]
+            if node.kind != "typing" or plan.nodes[node.inputs[0]].kind != "source":
+                continue
+            src = plan.nodes[node.inputs[0]].source
+            data = read_source(src)
+            data = data.add_column(0, _ROW, pa.array(np.arange(data.num_rows), type=pa.int64()))
+            ctx = StepContext(step=name, seed=0, rng=np.random.default_rng(0), workflow_dir=plan.spec.base_dir,
+                              output_dir=plan.spec.base_dir,
+                              sql=lambda q, params=None, **t: scratch.sql(q, params, **t))
+            typed, summary = BUILTINS["typing"].run(data, node.params, ctx, plan.spec.where(f"step {name!r}"))
+            out[name] = {"typing": typed.typing, "summary": summary, "notes": ctx.notes}
+    finally:
+        scratch.close()
+    return out

@@ -249,3 +249,14 @@ def test_store_in_use_is_a_clear_error(cli, project):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_plan_shows_the_typing_it_will_use(cli, project):
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("quasi: [AFNLWGT,", "quasi: [{AFNLWGT: nominal},"))
+    res = cli("plan", wf)
+    assert res.exit_code == 0, res.output
+    assert "AFNLWGT: quasi nominal (declared)" in res.output
+    assert "AGI: quasi continuous (inferred)" in res.output
+    typing = json.loads(cli("plan", wf, "--json").output)["steps"][1]["typing"]
+    assert typing["attributes"][1] == {"name": "AGI", "role": "quasi", "type": "continuous", "source": "inferred"}

@@ -575,15 +575,18 @@ def _format_numbers(v: FloatArray) -> NDArray[np.str_]:
 
 
 def _category_table(domain: Domain, categories: Sequence[Sequence[str]] | None,
-                    j: int) -> NDArray[np.str_]:
+                    j: int) -> tuple[NDArray[np.str_], IntArray]:
+    """Strings of unordered attribute ``j`` by code, and the codes in display order
+    (sorted by string; by code when no strings are given)."""
     m = int(domain.card[j])
     if categories is None:
-        return np.arange(m).astype(str)
+        return np.arange(m).astype(str), np.arange(m)
     cats = np.asarray([str(c) for c in categories[j]])
     if cats.shape != (m,):
-        raise ValueError(f"attribute {domain.names[domain.d_ord + j]!r}: {m} category "
+        assert domain.unordered_names is not None
+        raise ValueError(f"attribute {domain.unordered_names[j]!r}: {m} category "
                          f"strings needed, got {cats.shape[0]}")
-    return cats
+    return cats, np.argsort(cats, kind="stable")
 
 
 def _members(bits: BitArray, m: int) -> NDArray[np.bool_]:
@@ -626,8 +629,7 @@ def render(reps: Generalized, domain: Domain,
         col = np.where(lo == hi, slo, both).astype(object)
         out[name] = col if rows is None else col[rows]
     for j, name in enumerate(domain.unordered_names):
-        cats = _category_table(domain, categories, j)
-        perm = np.argsort(cats, kind="stable")
+        cats, perm = _category_table(domain, categories, j)
         uniq, inv = np.unique(reps.bits[:, j, :], axis=0, return_inverse=True)
         member = _members(uniq, int(domain.card[j]))[:, perm]
         sorted_cats = cats[perm]
@@ -647,25 +649,36 @@ def to_arrow(reps: Generalized, domain: Domain,
     """Structured published values for Parquet, one pyarrow array per column.
 
     Per ordered attribute ``<name>_lo`` and ``<name>_hi`` (float64); per unordered
-    attribute ``<name>``, a ``list<string>`` of the set's category strings, sorted. With
-    ``labels`` one entry per record, else one per class. Fully vectorized: the lists are
-    built once per class from the bitsets (offsets + values) and gathered with ``take``.
+    attribute ``<name>``, a ``list<string>`` of the set's category strings, sorted (by code
+    when ``categories`` is None). With ``labels`` one entry per record, else one per class.
+    Vectorized: offsets and value indices are computed in numpy from the bitsets, and
+    the strings are gathered with a single ``take`` per attribute.
     """
-    rows = None if labels is None else pa.array(reps.rows_of(labels))
+    rows = None if labels is None else reps.rows_of(labels)
     out: dict[str, pa.Array] = {}
     assert domain.ordered_names is not None and domain.unordered_names is not None
     for i, name in enumerate(domain.ordered_names):
         for k, arr in enumerate((reps.lo[:, i], reps.hi[:, i])):
-            col = pa.array(arr, type=pa.float64())
-            out[name + suffixes[k]] = col if rows is None else col.take(rows)
+            out[name + suffixes[k]] = pa.array(arr if rows is None else arr[rows],
+                                               type=pa.float64())
     for j, name in enumerate(domain.unordered_names):
-        cats = _category_table(domain, categories, j)
-        perm = np.argsort(cats, kind="stable")
+        cats, perm = _category_table(domain, categories, j)
         member = _members(reps.bits[:, j, :], int(domain.card[j]))[:, perm]
-        offsets = np.zeros(len(reps) + 1, dtype=np.int32)
-        np.cumsum(member.sum(axis=1), out=offsets[1:])
-        _, col_idx = np.nonzero(member)
-        values = pa.array(cats[perm][col_idx], type=pa.string())
-        col = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values)
-        out[name] = col if rows is None else col.take(rows)
+        lens = member.sum(axis=1, dtype=np.int64)
+        _, col_idx = np.nonzero(member)  # display positions, class by class
+        if rows is not None:
+            cls_start = np.zeros(len(reps), dtype=np.int64)
+            np.cumsum(lens[:-1], out=cls_start[1:])
+            lens = lens[rows]
+            rec_start = np.cumsum(lens) - lens
+            flat = np.repeat(cls_start[rows] - rec_start, lens) + np.arange(lens.sum())
+            col_idx = col_idx[flat]
+        offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        values = pa.array(cats[perm]).take(pa.array(col_idx))
+        if offsets[-1] < 2**31:
+            col = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+        else:
+            col = pa.LargeListArray.from_arrays(pa.array(offsets), values)
+        out[name] = col
     return out
