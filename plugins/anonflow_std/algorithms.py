@@ -61,3 +61,6 @@ class Mdav(Algorithm):
         report(table.num_rows)
         ctx.note(f"{int(labels.max()) + 1} groups")
         return publish_group_means(table, quasi, X, labels)
+
+
+PLUGINS = [Mdav()]

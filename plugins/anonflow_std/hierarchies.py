@@ -147,3 +147,6 @@ class Taxonomy(HierarchyBuilder):
         rows = [[p[0]] * (depth - len(p)) + p + ["*"] for p in paths]
         levels = [pa.array([r[i] for r in rows]) for i in range(depth + 1)]
         return Hierarchy.from_levels(column, levels, builder=self.name)
+
+
+PLUGINS = [ArxFile(), Intervals(), Masking(), Taxonomy()]

@@ -85,3 +85,6 @@ class KAnonymity(Metric):
             out.update({"k-anonymity.k": float(k), "k-anonymity.violating_classes": float(violating),
                         "k-anonymity.holds": float(violating == 0)})
         return out
+
+
+PLUGINS = [SseIl(), KAnonymity()]

@@ -47,3 +47,6 @@ class ParquetPublisher(Publisher):
 
         digest = atomic_write(path, write)
         return [Output(str(path), digest, table.num_rows)]
+
+
+PLUGINS = [CsvPublisher(), ParquetPublisher()]
