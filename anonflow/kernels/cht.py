@@ -282,10 +282,12 @@ class CHT:
         lab = np.asarray(labels, dtype=np.int64).ravel()
         if v.shape != lab.shape:
             raise ValueError("values and labels must have the same length")
-        g = int(lab.max()) + 1 if groups is None else int(groups)
+        g = (int(lab.max()) + 1 if lab.size else 0) if groups is None else int(groups)
         out = np.full(g, -1, dtype=np.int64)
         if v.size == 0:
             return out
+        if lab.min() < 0 or lab.max() >= g:
+            raise ValueError(f"group labels must lie in 0..{g - 1}")
         c = np.ones(v.size) if counts is None else np.asarray(counts, dtype=np.float64).ravel()
         order = np.lexsort((v, lab))
         vs, ls, cs = v[order], lab[order], c[order]
@@ -310,8 +312,7 @@ class CHT:
         gstarts = np.flatnonzero(new_group)
         best = np.maximum.reduceat(score, gstarts)
         per_entry_best = np.repeat(best, np.diff(np.append(gstarts, n)))
-        tol = TIE_RTOL * max(1.0, float(np.abs(best).max()))
-        cand = score >= per_entry_best - tol
+        cand = score >= per_entry_best - TIE_RTOL * np.maximum(1.0, np.abs(per_entry_best))
         # the first candidate of each group in (group, code) order is its smallest code
         pos = np.where(cand, np.arange(n), n)
         first = np.minimum.reduceat(pos, gstarts)

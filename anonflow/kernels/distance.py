@@ -32,8 +32,8 @@ Choices this module makes where SPEC leaves room:
   ``IL_nominal(G) = 0.5 * |G| * (1 - sum_c f_c^2)`` (half the class size times its Gini impurity).
 * Class labels are integers ``0..g-1``; a negative label means "in no class" (excluded from
   every centroid, NaN in :func:`own_centroid_distances`). An empty class has a NaN mean, rank
-  / mode / medoid -1 and zero frequencies; distances to it are meaningless (NaN or garbage)
-  and published values are null.
+  / mode / medoid -1 and zero frequencies; every distance to it is NaN and its published
+  values are null.
 * Nominal frequencies of all classes are kept as a dense ``(g, m)`` matrix when ``g * m`` is
   at most :data:`DENSE_LIMIT` entries, otherwise as sorted (class, code) keys with counts; the
   two give identical results.
@@ -377,7 +377,10 @@ def attribute_centroid_distances(attr: EncodedAttribute, part: CentroidPart, j: 
 
 def centroid_distances(enc: Encoded, cents: Centroids, j: int = 0, weights: Weights = None,
                        rows: ArrayLike | None = None) -> FloatArray:
-    """``dis(t, c_j)`` for every record ``t`` (or ``rows``) and the centroid of class ``j``."""
+    """``dis(t, c_j)`` for every record ``t`` (or ``rows``) and the centroid of class ``j``
+    (all NaN if class ``j`` is empty)."""
+    if cents.sizes[j] == 0:
+        return np.full(enc.n if rows is None else np.asarray(rows).shape[0], np.nan)
     total: FloatArray | None = None
     for attr, part, w in zip(enc.attributes, cents.parts, _weights(enc, weights)):
         if w != 0.0:
@@ -389,8 +392,10 @@ def centroid_distances(enc: Encoded, cents: Centroids, j: int = 0, weights: Weig
 
 def distances_to_centroids(enc: Encoded, i: int, cents: Centroids, weights: Weights = None,
                            classes: ArrayLike | None = None) -> FloatArray:
-    """``dis(t_i, c_G)`` for every class ``G`` (or the listed ``classes``): shape ``(g,)``."""
+    """``dis(t_i, c_G)`` for every class ``G`` (or the listed ``classes``): shape ``(g,)``
+    (NaN for empty classes)."""
     cl = np.arange(cents.g) if classes is None else np.asarray(classes, dtype=np.int64)
+    empty = cents.sizes[cl] == 0
     total = np.zeros(cl.shape[0])
     for attr, part, w in zip(enc.attributes, cents.parts, _weights(enc, weights)):
         if w == 0.0:
@@ -404,8 +409,10 @@ def distances_to_centroids(enc: Encoded, i: int, cents: Centroids, weights: Weig
             d = 0.5 * ((1.0 + part.sumsq[cl]) - 2.0 * part.lookup(cl, a))
         else:
             assert isinstance(attr, Semantic) and attr.cht is not None
-            d = attr.cht.pairwise(int(attr.codes[i]), part.code[cl])
+            d = attr.cht.pairwise(int(attr.codes[i]), np.maximum(part.code[cl], 0))
         total += w * d
+    if empty.any():
+        total[empty] = np.nan
     return total
 
 
