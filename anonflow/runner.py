@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import pyarrow.compute as pc
 
 from . import __version__
 from .api import Output, StepContext, file_sha256
@@ -18,7 +19,7 @@ from .builtins import BUILTINS
 from .dag import Node, Plan, build_plan
 from .errors import AnonflowError, InputError, RunError
 from .plugins import Registry, get_registry
-from .schema import ROW
+from .schema import CLASS, ROW
 from .spec import WorkflowSpec
 from .store import SCHEMA_VERSION, Artifact, Store
 from .table import TypedTable
@@ -158,7 +159,8 @@ class Runner:
         rec["inputs"] = [{"name": i, "table": a.table, "hash": a.hash} for i, a in zip(node.inputs, inputs)]
         fingerprint = self._fingerprint(node, [a.hash for a in inputs], seed)
         rec["fingerprint"] = fingerprint
-        lineage = [(a.table, None) for a in inputs]
+        parents = [a.table for a in inputs]
+        extra_edges: list[tuple[str, str]] = []
 
         if use_cache and node.kind in ("typing", "hierarchy", "algorithm", "evaluate"):
             cached = self.store.cached_step(fingerprint)
@@ -171,7 +173,7 @@ class Runner:
                     self.store.view(f"{spec.name}.{node.name}", cached["output_table"])
                 child = cached["output_table"] or f"metrics:{node.name}"
                 self.store.record_step(run_id, rec, metrics=cached["metrics"],
-                                       lineage=[(p, child) for p, _ in lineage])
+                                       lineage=[(p, child) for p in parents])
                 return rec
 
         ctx = StepContext(step=node.name, seed=seed, rng=np.random.default_rng(seed), workflow_dir=spec.base_dir,
@@ -189,8 +191,15 @@ class Runner:
                 typed, summary = BUILTINS["hierarchy"].run(tables[0], node.params, self.registry, ctx, where)
                 self._store_output(node, typed, rec, run_id)
             elif node.kind == "algorithm":
-                typed = self._run_algorithm(node, tables[0], ctx, where)
+                typed, suppressed = self._run_algorithm(node, tables[0], ctx, where)
                 self._store_output(node, typed, rec, run_id)
+                if suppressed is not None:
+                    art = self.store.put(suppressed, run_id=run_id, step=node.name)
+                    summary.update(suppressed=art.rows, suppressed_table=art.table)
+                    ctx.note(f"{art.rows} record(s) suppressed; they are kept in table {art.table} "
+                             f"(view steps.\"{spec.name}.{node.name}.suppressed\")")
+                    extra_edges += [(p, art.table) for p in parents]
+                    self.store.view(f"{spec.name}.{node.name}.suppressed", art.table)
             elif node.kind == "evaluate":
                 metrics, failures = BUILTINS["evaluate"].run(tables, node.params, self.registry, ctx, where)
             elif node.kind == "publish":
@@ -214,9 +223,9 @@ class Runner:
         if failures:
             rec["error"] = "; ".join(failures)
         child = rec.get("output_table") or (f"metrics:{node.name}" if node.kind == "evaluate" else None)
-        edges = [(p, child) for p, _ in lineage if child]
+        edges = [(p, child) for p in parents if child] + extra_edges
         for out in outputs:
-            edges += [(p, out.path) for p, _ in lineage]
+            edges += [(p, out.path) for p in parents]
         self.store.record_step(run_id, rec, metrics=metrics, outputs=[o.to_json() for o in outputs],
                                lineage=edges)
         if rec.get("output_table"):
@@ -226,7 +235,12 @@ class Runner:
             raise RunError("; ".join(failures), where=where)
         return rec
 
-    def _run_algorithm(self, node: Node, table: TypedTable, ctx: StepContext, where: str) -> TypedTable:
+    def _run_algorithm(self, node: Node, table: TypedTable, ctx: StepContext,
+                       where: str) -> tuple[TypedTable, TypedTable | None]:
+        """Run an algorithm; return (published records, suppressed records or None).
+
+        Suppressed records are those the algorithm returns with a null ``_class``: they are
+        never silently dropped, but split off into a table of their own."""
         algo = node.plugin.obj
         algo.check(node.params, table=table)
         out = algo.run(table, node.params, ctx)
@@ -237,8 +251,16 @@ class Runner:
                 np.sort(out.rows()), np.sort(table.rows())):
             raise RunError(f"algorithm {node.uses!r} returned {out.num_rows} records for {table.num_rows} input "
                            "records (or changed their _row ids); every record must be accounted for", where=where)
+        if CLASS not in out.columns:
+            raise RunError(f"algorithm {node.uses!r} returned no {CLASS} column", where=where)
         claims = {**algo.claims(node.params), **out.claims}
-        return out.replace(claims=claims)
+        out = out.replace(claims=claims)
+        cls = out.data.column(CLASS)
+        if not cls.null_count:
+            return out, None
+        keep = pc.is_valid(cls)
+        suppressed = out.replace(data=out.data.filter(pc.invert(keep)).drop_columns([CLASS]), claims={})
+        return out.replace(data=out.data.filter(keep)), suppressed
 
     def _store_output(self, node: Node, typed: TypedTable, rec: dict[str, Any], run_id: str) -> None:
         art = self.store.put(typed, run_id=run_id, step=node.name)

@@ -39,6 +39,39 @@ class DropsARecord(Algorithm):
         return table.replace(data=data)
 
 
+class SuppressesFive(Algorithm):
+    """Publishes records unchanged in one class, except the first five, which it suppresses."""
+    name = "test.suppress"
+
+    def run(self, table, params, ctx):
+        cls = pa.array([None] * 5 + [0] * (table.num_rows - 5), pa.int64())
+        return table.replace(data=table.data.append_column(CLASS, cls))
+
+
+def test_suppressed_records_are_split_off_counted_and_kept(cli, project):
+    import duckdb
+
+    use(Provider(algorithms=[SuppressesFive()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.suppress").replace("{k: 5}", "{}"))
+    db = project / "s.duckdb"
+    res = cli("run", wf, "--db", db, "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    grouped = next(s for s in out["steps"] if s["step"] == "grouped")
+    assert grouped["rows"] == 1075
+    assert any("5 record(s) suppressed" in n for n in grouped["notes"])
+    assert out["metrics"]["scores.sse-il"] == 0.0  # the published records are compared with their originals
+    con = duckdb.connect(str(db), read_only=True)
+    published = {r[0] for r in con.execute('SELECT _row FROM steps."census-test.grouped"').fetchall()}
+    suppressed = {r[0] for r in con.execute('SELECT _row FROM steps."census-test.grouped.suppressed"').fetchall()}
+    assert suppressed == set(range(5)) and not published & suppressed
+    assert published | suppressed == set(range(1080))
+    detail = json.loads(cli("runs", out["run_id"], "--db", db, "--json").output)
+    step = next(s for s in detail["steps"] if s["step"] == "grouped")
+    assert step["summary"]["suppressed"] == 5
+
+
 class Crashes(Algorithm):
     name = "test.crashes"
     version = "9.9"
