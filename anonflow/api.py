@@ -137,6 +137,9 @@ class StepContext:
     #: ``progress(total, label)`` returns a callable ``advance(n)``; quiet unless on a TTY.
     progress: Callable[[int, str], Callable[[int], None]] = lambda total, label="": (lambda n=1: None)
     notes: list[str] = field(default_factory=list)
+    #: ``store_table(name, arrow_table)`` keeps a table in the store (publishers use it to
+    #: publish into DuckDB) and returns the view it can be queried by.
+    store_table: Callable[[str, pa.Table], str] | None = None
 
     def note(self, message: str) -> None:
         """Record a remark in the step's summary (shown by ``anonflow runs RUN_ID``)."""

@@ -176,8 +176,18 @@ class Runner:
                                        lineage=[(p, child) for p in parents])
                 return rec
 
+        published_tables: list[tuple[str, str]] = []
+
+        def store_table(name: str, data: Any) -> str:
+            art = self.store.put(data, run_id=run_id, step=node.name)
+            view = f"{spec.name}.{node.name}.{name}"
+            self.store.view(view, art.table)
+            published_tables.append((art.table, view))
+            return f'steps."{view}"'
+
         ctx = StepContext(step=node.name, seed=seed, rng=np.random.default_rng(seed), workflow_dir=spec.base_dir,
-                          output_dir=out_dir, sql=self.store_sql, progress=self.reporter.progress)
+                          output_dir=out_dir, sql=self.store_sql, progress=self.reporter.progress,
+                          store_table=store_table)
         tables = [self.store.get(a.table) for a in inputs]
         metrics: dict[str, float] = {}
         outputs: list[Output] = []
@@ -224,6 +234,7 @@ class Runner:
             rec["error"] = "; ".join(failures)
         child = rec.get("output_table") or (f"metrics:{node.name}" if node.kind == "evaluate" else None)
         edges = [(p, child) for p in parents if child] + extra_edges
+        edges += [(p, table) for table, _ in published_tables for p in parents]
         for out in outputs:
             edges += [(p, out.path) for p in parents]
         self.store.record_step(run_id, rec, metrics=metrics, outputs=[o.to_json() for o in outputs],
