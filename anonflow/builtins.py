@@ -354,6 +354,56 @@ def _check_order(col: pa.ChunkedArray, c: str, order: list, where: str) -> None:
                          f"({', '.join(map(str, order))})", where=where)
 
 
+# -- filter and sample -----------------------------------------------------------------
+
+
+class FilterStep(Builtin):
+    uses = kind = "filter"
+    description = "Keep the records matching an SQL condition (DuckDB dialect); the rest are counted."
+    params = (
+        Param("where", "str", help="SQL boolean expression over the columns, e.g. \"_row < 30162\""),
+    )
+
+    def validate(self, params, inputs, registry, where):
+        if not params["where"].strip():
+            raise WorkflowError("'where' must be an SQL condition", where=where)
+        return inputs[0].columns
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext, where: str) -> tuple[TypedTable, dict]:
+        try:
+            data = ctx.sql(f"SELECT * FROM input WHERE ({params['where']}) ORDER BY {ROW}", input=table.data)
+        except Exception as exc:  # DuckDB's parser/binder message names the problem
+            raise InputError(f"cannot apply where: {params['where']!r}: {str(exc).splitlines()[0]}",
+                             where=where) from None
+        removed = table.num_rows - data.num_rows
+        ctx.note(f"kept {data.num_rows} of {table.num_rows} records ({removed} removed by {params['where']!r})")
+        return table.replace(data=data.cast(table.data.schema)), {"records_in": table.num_rows,
+                                                                 "records_out": data.num_rows, "removed": removed}
+
+
+class SampleStep(Builtin):
+    uses = kind = "sample"
+    description = "A seeded random sample of records (without replacement), in their original order."
+    params = (
+        Param("n", "int", default=None, nullable=True, min=1, help="number of records"),
+        Param("fraction", "float", default=None, nullable=True, min=0.0, max=1.0, help="or a fraction of them"),
+    )
+
+    def validate(self, params, inputs, registry, where):
+        if (params["n"] is None) == (params["fraction"] is None):
+            raise WorkflowError("give exactly one of 'n' and 'fraction'", where=where)
+        return inputs[0].columns
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext, where: str) -> tuple[TypedTable, dict]:
+        n = params["n"] if params["n"] is not None else int(round(params["fraction"] * table.num_rows))
+        if n > table.num_rows:
+            raise InputError(f"parameter 'n' = {n} is larger than the table ({table.num_rows} records)", where=where)
+        chosen = np.sort(ctx.rng.choice(table.num_rows, size=n, replace=False))
+        ctx.note(f"sampled {n} of {table.num_rows} records")
+        return table.replace(data=table.data.take(pa.array(chosen))), {"records_in": table.num_rows,
+                                                                       "records_out": n}
+
+
 # -- hierarchy -------------------------------------------------------------------------
 
 
@@ -618,4 +668,5 @@ def for_publication(table: TypedTable, keep_row: bool = False) -> TypedTable:
     return table.replace(data=data)
 
 
-BUILTINS: dict[str, Builtin] = {b.uses: b for b in (TypingStep(), HierarchyStep(), EvaluateStep(), PublishStep())}
+BUILTINS: dict[str, Builtin] = {b.uses: b for b in (TypingStep(), FilterStep(), SampleStep(), HierarchyStep(),
+                                                     EvaluateStep(), PublishStep())}

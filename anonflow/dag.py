@@ -150,7 +150,7 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             b = BUILTINS[node.uses]
             node.params = b.check_params(given, registry, where, spec.base_dir)
             node.columns = b.validate(node.params, static, registry, where)
-            node.typed = node.kind in ("typing", "hierarchy")
+            node.typed = node.kind in ("typing", "hierarchy") or (node.kind in ("filter", "sample") and static[0].typed)
     return Plan(spec=spec, graph=graph, order=order, nodes=nodes)
 
 

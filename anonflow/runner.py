@@ -162,7 +162,7 @@ class Runner:
         parents = [a.table for a in inputs]
         extra_edges: list[tuple[str, str]] = []
 
-        if use_cache and node.kind in ("typing", "hierarchy", "algorithm", "evaluate"):
+        if use_cache and node.kind in ("typing", "filter", "sample", "hierarchy", "algorithm", "evaluate"):
             cached = self.store.cached_step(fingerprint)
             if cached is not None:
                 rec.update(status="cached", cached_from=cached["run_id"], output_table=cached["output_table"],
@@ -196,6 +196,9 @@ class Runner:
         try:
             if node.kind == "typing":
                 typed, summary = BUILTINS["typing"].run(tables[0].data, node.params, ctx, where)
+                self._store_output(node, typed, rec, run_id)
+            elif node.kind in ("filter", "sample"):
+                typed, summary = BUILTINS[node.kind].run(tables[0], node.params, ctx, where)
                 self._store_output(node, typed, rec, run_id)
             elif node.kind == "hierarchy":
                 typed, summary = BUILTINS["hierarchy"].run(tables[0], node.params, self.registry, ctx, where)

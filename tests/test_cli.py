@@ -260,3 +260,30 @@ def test_plan_shows_the_typing_it_will_use(cli, project):
     assert "AGI: quasi continuous (inferred)" in res.output
     typing = json.loads(cli("plan", wf, "--json").output)["steps"][1]["typing"]
     assert typing["attributes"][1] == {"name": "AGI", "role": "quasi", "type": "continuous", "source": "inferred"}
+
+
+def test_filter_and_sample_steps_count_what_they_remove(cli, project):
+    wf = census_workflow(project)
+    text = wf.read_text().replace("input: census\n", "input: rich\n").replace("steps:\n", """steps:
+  few:
+    uses: filter
+    input: census
+    with: {where: "_row < 600"}
+  rich:
+    uses: sample
+    input: few
+    with: {n: 300}
+""")
+    wf.write_text(text)
+    out = run_json(cli, wf, "--db", project / "s.duckdb")
+    steps = {s["step"]: s for s in out["steps"]}
+    assert steps["few"]["rows"] == 600 and steps["rich"]["rows"] == 300
+    assert any("removed by '_row < 600'" in n for n in steps["few"]["notes"])
+    assert out["outputs"][0]["rows"] == 300
+    again = run_json(cli, wf, "--db", project / "s.duckdb", "--no-cache")
+    assert again["outputs"][0]["sha256"] == out["outputs"][0]["sha256"]  # the sample is seeded
+    other = run_json(cli, wf, "--db", project / "s.duckdb", "--seed", "8")
+    assert other["outputs"][0]["sha256"] != out["outputs"][0]["sha256"]
+    wf.write_text(text.replace('"_row < 600"', '"nosuch > 3"'))
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 2 and "step 'few': cannot apply where: 'nosuch > 3'" in res.output
