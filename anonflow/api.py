@@ -29,6 +29,7 @@ from .table import TypedTable
 
 __all__ = [
     "Algorithm", "Metric", "Publisher", "HierarchyBuilder", "Hierarchy", "Param", "REQUIRED", "StepContext", "Output",
+    "Partition",
     "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
     "InputError", "RunError", "PluginError", "atomic_write",
 ]
@@ -79,10 +80,31 @@ class Metric(Plugin):
     #: whether the metric needs the original table (evaluate steps then take two inputs).
     requires_original: ClassVar[bool] = True
 
+    #: privacy checks implementing :meth:`partition_holds`: merging classes that each satisfy
+    #: the model gives a class that satisfies it (so the model holds along generalization and a
+    #: lattice search may prune: k-anonymity, distinct l-diversity, (alpha,k)-anonymity).
+    monotone: ClassVar[bool] = True
+    #: ... and a class that *contains* a satisfying class satisfies it, whatever else is merged
+    #: in (k-anonymity, distinct l-diversity, p-sensitive k-anonymity: yes; (alpha,k): no). Only
+    #: then does a generalization never suppress more records, so a lattice search with record
+    #: suppression may prune; otherwise it checks every node.
+    monotone_with_suppression: ClassVar[bool] = False
+
     def compute(self, original: TypedTable | None, anonymized: TypedTable,
                 params: Mapping[str, Any], ctx: "StepContext") -> dict[str, float]:
         """Return named numbers. Keys are ``<name>`` for the headline value and
         ``<name>.<detail>`` for the rest."""
+        raise NotImplementedError
+
+    def partition_holds(self, partition: "Partition", params: Mapping[str, Any]) -> np.ndarray:
+        """Privacy checks, optionally: whether each class of ``partition`` satisfies the model.
+
+        Return a boolean array of length ``partition.n_classes``. ``params`` are this
+        metric's validated parameters (those a lattice step got as ``model_params``); raise
+        :class:`InputError` when one the check needs is missing. Called once per lattice node
+        checked, so it must be vectorized (numpy over classes, no Python loop over records
+        or classes) and must agree exactly with :meth:`compute` on the published table.
+        """
         raise NotImplementedError
 
 
@@ -109,6 +131,60 @@ class HierarchyBuilder(Plugin):
     def build(self, column: str, values: pa.Array, params: Mapping[str, Any], ctx: "StepContext") -> "Hierarchy":
         """Return the hierarchy of ``column`` given its distinct non-null ``values``."""
         raise NotImplementedError
+
+
+@dataclass
+class Partition:
+    """Records grouped into classes, as a privacy check sees them in a lattice search.
+
+    ``classes[r]`` is the class id (``0 .. n_classes - 1``) of record ``r`` of ``table``,
+    ``sizes[c]`` the number of records of class ``c``. ``table`` holds the records' original
+    values in the same order, with their typing (sensitive attributes, gradings) and
+    hierarchies. :meth:`codes`, :meth:`counts` and :meth:`distinct` encode a column once and
+    keep it in ``cache``; a lattice shares one cache across all its nodes, so a check encodes
+    the sensitive attribute once per run, not once per node.
+    """
+
+    classes: np.ndarray
+    sizes: np.ndarray
+    table: TypedTable
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_classes(self) -> int:
+        return int(len(self.sizes))
+
+    def codes(self, column: str) -> tuple[np.ndarray, list[str]]:
+        """``(codes, values)``: each record's value of ``column`` as an int64 code into
+        ``values``, the column's distinct values as text in sorted order."""
+        if column not in self.cache:
+            import pyarrow.compute as pc
+
+            from .hierarchy import value_keys
+
+            if column not in self.table.columns:
+                raise InputError(f"column {column!r} is not in the table")
+            keys = value_keys(self.table.data.column(column))
+            if keys.null_count:
+                raise InputError(f"column {column!r} has missing values; a privacy check cannot count them")
+            values = pc.unique(keys).sort()
+            codes = pc.index_in(keys, value_set=values).to_numpy(zero_copy_only=False).astype(np.int64)
+            self.cache[column] = (codes, values.to_pylist())
+        return self.cache[column]
+
+    def counts(self, column: str) -> np.ndarray:
+        """``(n_classes, m)`` int64 matrix: the records of each class with each value of
+        ``column`` (columns in the order of :meth:`codes`)."""
+        codes, values = self.codes(column)
+        m = len(values)
+        flat = np.bincount(self.classes * m + codes, minlength=self.n_classes * m)
+        return flat.reshape(self.n_classes, m)
+
+    def distinct(self, column: str) -> np.ndarray:
+        """Number of distinct values of ``column`` in each class (no ``n_classes x m`` matrix)."""
+        codes, values = self.codes(column)
+        pairs = np.unique(self.classes * len(values) + codes)
+        return np.bincount(pairs // len(values), minlength=self.n_classes)
 
 
 @dataclass(frozen=True)

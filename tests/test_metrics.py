@@ -50,10 +50,10 @@ def published(rows, claims=None):
 
 def test_k_anonymity_counts_classes_of_the_published_values():
     t = published([(1, "a"), (1, "a"), (2, "b"), (2, "b"), (2, "b")])
-    out = KAnonymity().compute(None, t, {"k": 2}, make_context())
+    out = KAnonymity().compute(None, t, {"k": 2, "by": None}, make_context())
     assert out == {"k-anonymity": 2, "k-anonymity.classes": 2, "k-anonymity.k": 2,
                    "k-anonymity.violating_classes": 0, "k-anonymity.holds": 1}
-    out = KAnonymity().compute(None, t, {"k": 3}, make_context())
+    out = KAnonymity().compute(None, t, {"k": 3, "by": None}, make_context())
     assert out["k-anonymity.violating_classes"] == 1 and out["k-anonymity.holds"] == 0
 
 
@@ -61,11 +61,21 @@ def test_k_anonymity_ignores_class_ids_and_uses_the_claim():
     # two "classes" by id that publish identical values are one equivalence class to an attacker
     t = typed_table({"q": [1.0, 1.0, 1.0]}, quasi={"q": "continuous"}, claims={"k-anonymity": {"k": 3}},
                     extra={"_class": [0, 0, 1]})
-    out = KAnonymity().compute(None, t, {"k": None}, make_context())
+    out = KAnonymity().compute(None, t, {"k": None, "by": None}, make_context())
     assert out["k-anonymity"] == 3 and out["k-anonymity.holds"] == 1
 
 
 def test_k_anonymity_without_a_threshold_reports_the_smallest_class():
-    out = KAnonymity().compute(None, published([(1, "a"), (2, "a")]), {"k": None}, make_context())
+    out = KAnonymity().compute(None, published([(1, "a"), (2, "a")]), {"k": None, "by": None}, make_context())
     assert out == {"k-anonymity": 1, "k-anonymity.classes": 2}
     assert not math.isnan(out["k-anonymity"])
+
+
+def test_k_anonymity_by_class_for_lossy_join_output():
+    # exact QI values (every record distinct) but published in classes of 2 with a class id
+    t = typed_table({"q": [1.0, 2.0, 3.0, 4.0]}, quasi={"q": "continuous"},
+                    claims={"k-anonymity": {"k": 2, "by": "class"}}, extra={"_class": [0, 0, 1, 1]})
+    out = KAnonymity().compute(None, t, {"k": None, "by": None}, make_context())
+    assert out["k-anonymity"] == 2 and out["k-anonymity.holds"] == 1
+    by_values = KAnonymity().compute(None, t, {"k": None, "by": "values"}, make_context())
+    assert by_values["k-anonymity"] == 1 and by_values["k-anonymity.holds"] == 0

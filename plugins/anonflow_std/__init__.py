@@ -14,7 +14,7 @@ from anonflow.api import Algorithm, HierarchyBuilder, Metric, Publisher, hookimp
 
 __version__ = "0.1.0"
 
-MODULES = ("algorithms", "metrics", "publishers", "hierarchies")
+MODULES = ("algorithms", "metrics", "publishers", "hierarchies", "gca", "alphak", "lossyjoin")
 
 
 def _plugins(kind: type) -> list:

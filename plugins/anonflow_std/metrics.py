@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from anonflow.api import CLASS, ROW, InputError, Metric, Param, StepContext, TypedTable
+from anonflow.api import CLASS, ROW, InputError, Metric, Param, Partition, StepContext, TypedTable
 
 from . import __version__
 from .common import zscores
@@ -65,6 +65,9 @@ class KAnonymity(Metric):
     params = (
         Param("k", "int", default=None, min=1, nullable=True,
               help="required class size (default: the k the algorithm claims)"),
+        Param("by", "str", default=None, nullable=True, choices=("values", "class"),
+              help="classes are records sharing published QI values (default), or sharing _class "
+                   "(lossy-join output publishes exact QIs with a class id; its claim says so)"),
     )
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
@@ -72,9 +75,16 @@ class KAnonymity(Metric):
         quasi = anonymized.typing.quasi
         if not quasi:
             raise InputError("k-anonymity needs quasi-identifiers in the typing of its input")
-        k = params["k"] if params["k"] is not None else anonymized.claims.get("k-anonymity", {}).get("k")
-        published = anonymized.data.drop_columns([c for c in (ROW, CLASS) if c in anonymized.columns])
-        group = ", ".join(sql_ident(c) for c in quasi)
+        claim = anonymized.claims.get("k-anonymity", {})
+        k = params["k"] if params["k"] is not None else claim.get("k")
+        by = params["by"] or claim.get("by", "values")
+        if by == "class":
+            if CLASS not in anonymized.columns:
+                raise InputError("k-anonymity by class needs the _class column of an algorithm's output")
+            published, group = anonymized.data.select([CLASS]), sql_ident(CLASS)
+        else:
+            published = anonymized.data.drop_columns([c for c in (ROW, CLASS) if c in anonymized.columns])
+            group = ", ".join(sql_ident(c) for c in quasi)
         row = ctx.sql(
             f"WITH classes AS (SELECT count(*) AS n FROM published GROUP BY {group}) "
             "SELECT min(n), count(*), count(*) FILTER (WHERE n < ?) FROM classes",
@@ -85,6 +95,16 @@ class KAnonymity(Metric):
             out.update({"k-anonymity.k": float(k), "k-anonymity.violating_classes": float(violating),
                         "k-anonymity.holds": float(violating == 0)})
         return out
+
+    #: merging classes never shrinks one, so both hold (SPEC section 6).
+    monotone = True
+    monotone_with_suppression = True
+
+    def partition_holds(self, partition: Partition, params: Mapping[str, Any]) -> np.ndarray:
+        k = params.get("k")
+        if k is None:
+            raise InputError("k-anonymity needs k, e.g. model_params: {k: 5}")
+        return partition.sizes >= k
 
 
 PLUGINS = [SseIl(), KAnonymity()]
