@@ -19,34 +19,47 @@ textbook ``s`` except in degenerate ties where the textbook ``s`` would itself
 be swallowed by ``r``'s group.
 
 Distances are squared Euclidean distances computed as
-``sum_j (x_j - q_j) ** 2`` accumulated over the columns in order, and the
-result is exactly what a brute-force scan of all remaining records with that
-formula gives.  Speed comes from two pruning structures, both exact:
+``sum_j (x_j - q_j) ** 2``, accumulated over the columns in order, and every
+decision is the one a brute-force scan of all remaining records with that
+formula makes.  The centroid is a running column sum (re-summed from scratch
+whenever the number of remaining records halves) divided by their number.
 
-* **Radial list** (farthest-point queries).  The remaining records sorted by
-  decreasing distance to an anchor ``a`` (a recent centroid).  By the triangle
-  inequality a record ``x`` can only be farther from ``q`` than some record at
-  squared distance ``best`` if ``|x - a| >= sqrt(best) - |q - a|``, so a query
-  scans only a prefix of the list.  Queries around the current centroid touch
-  a handful of records; when the centroid has drifted so much that a scan gets
-  long, the list is rebuilt around the current centroid.
-* **kd leaves** (nearest-neighbour queries).  The rows are cut once into small
-  kd-tree leaves (midpoint splits on the widest dimension), stored padded in a
-  ``(leaves, d, width)`` array together with their bounding boxes.  A query
-  computes, for all leaves at once, a lower bound of the distance from the
-  query point to the box and evaluates only the leaves that can hold one of
-  the ``k`` nearest records.  Removed records are overwritten with a far-away
-  sentinel coordinate, so no masking is needed.
+Design
+------
+Instead of scanning all remaining records several times per group (``O(n^2 d
+/ k)`` overall), every query only evaluates candidates that exact bounds
+cannot rule out:
 
-Bounds are compared with a relative safety margin far larger than their
-rounding error.  The loop over groups is the only Python-level loop; each
-iteration costs a bounded number of numpy calls on small arrays.
+* **Farthest from the centroid**: a *radial list* holds the remaining records
+  sorted by decreasing distance to an anchor ``a`` (a recent centroid).  By
+  the triangle inequality a record ``x`` can only be farther from ``c`` than a
+  record at distance ``D`` if ``|x - a| >= D - |c - a|``; taking ``D`` from the
+  outermost live record, a query scans a short prefix of the list.  The list
+  is rebuilt around the current centroid when scans get long.
+* **Nearest neighbours and farthest from ``r``**: the rows are cut once into
+  kd-tree leaves of at most 64 records, stored padded in a
+  ``(leaves, d * width)`` array with a bounding box per leaf.  A query
+  computes lower and upper bounds of the distance from the query point to
+  every box at once (a few vectorized operations), evaluates a few leaves to
+  get a first bound on the k-th nearest (resp. the farthest) distance, then
+  evaluates exactly the leaves whose box bound can still beat it.  The two
+  searches around ``r`` share their evaluations; ``s`` is picked before
+  ``r``'s group is removed and re-picked in the (tie-only) case that it falls
+  in that group.  Grouped records become NaN, which ``argpartition`` sorts
+  last and ``fmax`` ignores; the boxes are tightened every few iterations.
+
+Bounds are compared with a relative margin (``1e-9``) far above their rounding
+error, so pruning never drops a candidate.  The loop over groups is the only
+Python-level loop; one iteration costs a bounded number of numpy calls on
+arrays of a few thousand elements (the per-leaf bounds have ``n / 30`` or so
+entries).  No BLAS call is involved, so results do not depend on threads.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -55,11 +68,12 @@ __all__ = ["mdav_partition"]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
-BoolArray = NDArray[np.bool_]
 ProgressFn = Callable[[int], object]
 
 #: Maximum number of records per kd leaf.
-LEAF_SIZE = 64
+_LEAF_SIZE = 64
+#: Slabs per split when building the kd leaves.
+_KD_FANOUT = 4
 #: Number of progress reports (at most, besides the final one).
 _PROGRESS_STEPS = 100
 #: Relative slack for pruning bounds (rounding errors are below ``1e-13``).
@@ -67,11 +81,17 @@ _MARGIN = 1e-9
 #: Absolute slack guarding the relative one against underflow.
 _TINY = 1e-280
 #: Leaves evaluated up front by a nearest-neighbour query.
-_NEAR_LEAVES = 4
-#: Records evaluated up front by a farthest-point query.
-_PROBE = 16
+_NEAR_LEAVES = 6
+#: Pre-filter nearest-neighbour candidates beyond this many slots.
+_FILTER_ABOVE = 2048
+#: Leaves evaluated up front by a farthest-point query.
+_FAR_LEAVES = 3
 #: Rebuild the radial list when a centroid query scans more records.
-_REBUILD_SCAN = 256
+_REBUILD_SCAN = 2048
+#: Records sorted exactly when the radial list is rebuilt.
+_RADIAL_SORTED = 8192
+#: Iterations between two refreshes of the leaf boxes.
+_SHRINK_EVERY = 8
 
 
 def mdav_partition(
@@ -106,6 +126,8 @@ def mdav_partition(
     if not np.isfinite(x).all():
         raise ValueError("X must not contain NaN or infinite values")
 
+    if x.shape[1] == 0:  # no coordinates: all records coincide
+        x = np.zeros((n, 1))
     labels = np.full(n, -1, dtype=np.int64)
     reporter = _Progress(n, progress)
     if n >= 2 * k:
@@ -139,7 +161,7 @@ class _Progress:
 
 
 class _MdavRun:
-    """State of one MDAV run: remaining records, running sums, group ids."""
+    """State of one MDAV run: the spatial indexes and the running sums."""
 
     def __init__(
         self, x: FloatArray, k: int, labels: IntArray, reporter: _Progress
@@ -148,54 +170,70 @@ class _MdavRun:
         self.k = k
         self.labels = labels
         self.reporter = reporter
-        self.dead = np.zeros(x.shape[0], dtype=bool)
-        self.remaining = x.shape[0]
+        self.n = x.shape[0]
+        self.remaining = self.n
         self.col_sum = x.sum(axis=0)
-        self.resum_at = self.remaining // 2
+        self.resum_at = self.n // 2
         self.group = 0
-        self.leaves = _Leaves(x, LEAF_SIZE)
-        self.radial = _RadialList(x, self.dead, self.centroid())
+        self.pending: list[IntArray] = []
+        self.leaves = _Leaves(x, _LEAF_SIZE)
+        self.radial = _RadialList(x, labels, self.centroid())
 
     def centroid(self) -> FloatArray:
         """Mean of the remaining records."""
         return self.col_sum / self.remaining
 
     def run(self) -> None:
-        """Form all groups but the last one (left with label ``-1``)."""
-        k = self.k
+        """Form all groups but the last one (its records keep label ``-1``)."""
+        x, k, leaves, radial = self.x, self.k, self.leaves, self.radial
         while self.remaining >= 3 * k:
-            r = self.radial.farthest_from_centroid(self.centroid())
-            self.take(self.leaves.nearest(r, k))
-            q = self.x[r]
-            s = self.leaves.farthest(q, self.radial.probe(q))
-            self.take(self.leaves.nearest(s, k))
+            r = radial.farthest_from_centroid(self.centroid())
+            query = leaves.query(x[r])
+            first, s = leaves.group_and_farthest(r, query, k)
+            self.assign(first)
+            if (first == s).any():  # only possible through ties
+                s = leaves.farthest(query)
+            second = leaves.nearest(s, leaves.query(x[s], upper=False), k)
+            self.assign(second)
+            self.commit(np.concatenate([first, second]))
         if self.remaining >= 2 * k:
-            r = self.radial.farthest_from_centroid(self.centroid())
-            self.take(self.leaves.nearest(r, k))
+            r = radial.farthest_from_centroid(self.centroid())
+            ids = leaves.nearest(r, leaves.query(x[r], upper=False), k)
+            self.assign(ids)
+            self.commit(ids)
 
-    def take(self, ids: IntArray) -> None:
-        """Turn the records ``ids`` into the next group."""
+    def assign(self, ids: IntArray) -> None:
+        """Make the records ``ids`` the next group and hide them from queries."""
         self.labels[ids] = self.group
         self.group += 1
-        self.dead[ids] = True
-        self.leaves.remove(ids)
+        self.leaves.delete(ids)
+
+    def commit(self, ids: IntArray) -> None:
+        """Bookkeeping for removed records that can wait for the iteration end."""
+        self.radial.delete(ids)
         self.remaining -= ids.size
+        self.pending.append(ids)
         if self.remaining <= self.resum_at:
             # Re-sum from scratch now and then so that rounding errors of the
             # running sum cannot accumulate; also drop the emptied leaves.
-            self.col_sum = self.x[~self.dead].sum(axis=0)
+            self.col_sum = self.x[self.labels < 0].sum(axis=0)
             self.resum_at = self.remaining // 2
+            self.leaves.shrink(np.concatenate(self.pending))
+            self.pending.clear()
             self.leaves.compact()
         else:
-            self.col_sum = self.col_sum - self.x[ids].sum(axis=0)
-        self.reporter.update(self.x.shape[0] - self.remaining)
+            self.col_sum -= self.x[ids].sum(axis=0)
+            if len(self.pending) >= _SHRINK_EVERY:
+                self.leaves.shrink(np.concatenate(self.pending))
+                self.pending.clear()
+        self.reporter.update(self.n - self.remaining)
 
 
 def _row_sums(sq: FloatArray) -> FloatArray:
     """Sum a ``(d, m)`` array over its rows, strictly in row order."""
     if sq.shape[1] >= 2:
         # numpy reduces a non-innermost axis sequentially, row after row.
-        return sq.sum(axis=0)
+        return np.add.reduce(sq, axis=0)
     out = sq[0].copy()
     for row in sq[1:]:
         out += row
@@ -205,112 +243,123 @@ def _row_sums(sq: FloatArray) -> FloatArray:
 class _RadialList:
     """Remaining records sorted by decreasing distance to an anchor point.
 
-    ``radius[i]`` bounds from above the distance between the anchor and the
-    record ``ids[i]``, whose coordinates are ``points[:, i]``.  Entries of
-    records that have been grouped stay in place (``dead`` tells them apart)
-    until the list is rebuilt; ``head`` skips the dead entries at the front.
+    ``-neg_radius[i]`` bounds from above the distance between the anchor and
+    the record ``ids[i]``, whose coordinates are ``points[:, i]`` (NaN once
+    the record is grouped); ``neg_radius`` is non-decreasing.  ``head`` skips
+    the grouped records at the front.
     """
 
-    __slots__ = ("x", "dead", "anchor", "radius", "points", "ids", "head")
+    __slots__ = (
+        "x",
+        "labels",
+        "anchor",
+        "neg_radius",
+        "points",
+        "ids",
+        "pos_of",
+        "head",
+    )
 
-    def __init__(self, x: FloatArray, dead: BoolArray, anchor: FloatArray) -> None:
+    def __init__(self, x: FloatArray, labels: IntArray, anchor: FloatArray) -> None:
         self.x = x
-        self.dead = dead
-        self.anchor = anchor
-        self.radius = np.zeros(0)
-        self.points = np.zeros((x.shape[1], 0))
-        self.ids = np.zeros(0, dtype=np.int64)
-        self.head = 0
+        self.labels = labels
+        self.pos_of = np.zeros(x.shape[0], dtype=np.int64)
         self.rebuild(anchor)
 
     def rebuild(self, anchor: FloatArray) -> None:
-        """Sort the remaining records by decreasing distance to ``anchor``."""
-        ids = np.flatnonzero(~self.dead)
+        """Sort the remaining records by decreasing distance to ``anchor``.
+
+        Only the outermost ``_RADIAL_SORTED`` records are sorted; the others
+        share the radius of the last sorted one as their bound.
+        """
+        ids = (self.labels < 0).nonzero()[0]
         points = self.x[ids].T
         diff = points - anchor[:, None]
         np.multiply(diff, diff, out=diff)
-        radius = np.sqrt(_row_sums(diff))
-        order = np.argsort(-radius, kind="stable")
-        self.anchor = anchor
-        self.radius = radius[order]
+        neg = -np.sqrt(_row_sums(diff))
+        top = min(_RADIAL_SORTED, ids.size)
+        order = neg.argpartition(top - 1) if top < ids.size else np.arange(ids.size)
+        head = order[:top]
+        order[:top] = head[np.argsort(neg[head], kind="stable")]
+        neg = neg[order]
+        neg[top:] = neg[top - 1]
+        self.anchor = anchor.tolist()
+        self.neg_radius = neg
         self.ids = ids[order]
         self.points = np.ascontiguousarray(points[:, order])
+        self.pos_of[self.ids] = np.arange(ids.size)
         self.head = 0
 
-    def _skip_dead(self) -> None:
-        """Advance ``head`` to the first entry of a live record."""
-        dead, ids = self.dead, self.ids
-        head = self.head
-        while dead[ids[head]]:
-            head += 1
-        self.head = head
+    def delete(self, ids: IntArray) -> None:
+        """Hide grouped records from later queries."""
+        self.points[:, self.pos_of[ids]] = np.nan
 
-    def _live_distances(self, q: FloatArray, stop: int) -> FloatArray:
-        """Squared distances from ``q`` to entries ``head .. stop - 1``.
-
-        Entries of grouped records get ``-inf``.
-        """
+    def _distances(self, q: FloatArray, stop: int) -> FloatArray:
+        """Squared distances from ``q`` to entries ``head .. stop - 1``."""
         diff = self.points[:, self.head : stop] - q[:, None]
         np.multiply(diff, diff, out=diff)
-        dist = _row_sums(diff)
-        dist[self.dead[self.ids[self.head : stop]]] = -np.inf
-        return dist
-
-    def probe(self, q: FloatArray) -> float:
-        """Squared distance from ``q`` to some live record (a lower bound on
-        the farthest distance), taken among the outermost entries."""
-        self._skip_dead()
-        dist = self._live_distances(q, min(self.head + _PROBE, self.ids.size))
-        return float(dist.max())
+        return _row_sums(diff)
 
     def farthest_from_centroid(self, c: FloatArray) -> int:
-        """Like :meth:`farthest`; rebuilds the list around ``c`` if needed."""
-        best, scanned = self._farthest(c)
-        if scanned > _REBUILD_SCAN:
-            self.rebuild(c)
-        return best
+        """Row id of the remaining record farthest from ``c``.
 
-    def _farthest(self, q: FloatArray) -> tuple[int, int]:
-        """Farthest record from ``q`` and the number of entries scanned."""
-        self._skip_dead()
-        head, ids = self.head, self.ids
-        shift = q - self.anchor
-        offset = math.sqrt(float(np.dot(shift, shift))) * (1.0 + _MARGIN) + _TINY
-        # Probe the outermost records for a first lower bound on the answer,
-        # then scan every entry whose radius may still beat it.
-        probe = min(head + _PROBE, self.ids.size)
-        dist = self._live_distances(q, probe)
-        reach = math.sqrt(float(dist.max()) * (1.0 - _MARGIN)) - offset
-        stop = int(np.searchsorted(-self.radius, -reach, side="right"))
-        if stop > probe:
-            dist = self._live_distances(q, stop)
-        hits = np.flatnonzero(dist == dist.max())
-        pos = head + hits
-        best = ids[pos[0]] if hits.size == 1 else ids[pos].min()
-        return int(best), dist.size
+        Ties go to the lowest row id.  Rebuilds the list around ``c`` when the
+        scan was long.
+        """
+        labels, ids = self.labels, self.ids
+        head = self.head
+        while labels[ids[head]] >= 0:
+            head += 1
+        self.head = head
+        point = c.tolist()
+        offset = math.dist(point, self.anchor) * (1.0 + _MARGIN) + _TINY
+        # The outermost live record gives a lower bound on the answer; scan
+        # every entry whose radius may still reach it.
+        known = math.dist(point, self.points[:, head].tolist()) * (1.0 - _MARGIN)
+        stop = max(head + 2, int(self.neg_radius.searchsorted(offset - known, side="right")))
+        dist = self._distances(c, min(stop, ids.size))
+        best = float(np.fmax.reduce(dist))
+        hits = (dist == best).nonzero()[0] + head
+        found = int(ids[hits[0]] if hits.size == 1 else ids[hits].min())
+        if dist.size > _REBUILD_SCAN:
+            self.rebuild(c)
+        return found
+
+
+class _Query(NamedTuple):
+    """Per-query-point data shared by the leaf queries."""
+
+    tiled: FloatArray  #: the query point repeated per leaf slot, ``(d * width,)``
+    lower: FloatArray  #: per-box lower bounds of the squared distance
+    upper: FloatArray | None  #: per-box upper bounds (if requested)
 
 
 class _Leaves:
     """Padded kd-tree leaves for exact nearest and farthest queries.
 
-    ``xb[b, :, o]`` holds the coordinates of the record in slot ``(b, o)``
-    (row id ``orig[b, o]``); grouped records and padding hold NaN, which
-    numpy's partitions sort last and ``fmin``/``fmax`` ignore.  ``box`` has
-    shape ``(2, d, nbox)``: for the leaf ``bid[j]``, ``box[0, :, j]`` and
-    ``-box[1, :, j]`` are the minima and maxima of its live records (NaN once
-    the leaf is empty, which no bound comparison selects).
+    ``xb[b]`` holds the coordinates of the records of leaf ``b`` as ``d``
+    consecutive runs of ``width`` slots (slot ``o`` of coordinate ``j`` at
+    ``j * width + o``); ``orig[b, o]`` is the row id in slot ``o``.  Grouped
+    records and padding hold NaN, which numpy's partitions sort last and
+    ``fmax`` ignores.  Every live record of leaf ``bid[j]`` lies within
+    ``center[:, j] +- half[:, j]`` (``half`` is widened by ``tol`` so that
+    box bounds never beat computed distances by rounding; an empty box has
+    ``half = -inf``).
     """
 
     __slots__ = (
         "xb",
         "orig",
+        "d",
         "width",
-        "box",
+        "tol",
+        "center",
+        "half",
+        "count",
         "bid",
         "col_of",
         "leaf_of",
         "slot_of",
-        "count",
     )
 
     def __init__(self, x: FloatArray, leaf_size: int) -> None:
@@ -321,144 +370,286 @@ class _Leaves:
         starts = np.cumsum(sizes) - sizes
         leaf_of = np.repeat(np.arange(nleaves), sizes)
         slot_of = np.arange(n) - starts[leaf_of]
+        self.d = d
         self.width = width
-        self.xb = np.full((nleaves, d, width), np.nan)
-        self.xb[leaf_of, :, slot_of] = x[perm]
+        self.tol = 1e-12 * float(np.abs(x).max()) + _TINY
+        xb = np.full((nleaves, d, width), np.nan)
+        xb[leaf_of, :, slot_of] = x[perm]
+        self.xb = xb.reshape(nleaves, d * width)
         self.orig = np.full((nleaves, width), -1, dtype=np.int64)
         self.orig[leaf_of, slot_of] = perm
         self.leaf_of = np.empty(n, dtype=np.int64)
         self.leaf_of[perm] = leaf_of
         self.slot_of = np.empty(n, dtype=np.int64)
         self.slot_of[perm] = slot_of
+        self.count = sizes.astype(np.int64)
         self.bid = np.arange(nleaves)
         self.col_of = np.arange(nleaves)
-        lo = np.fmin.reduce(self.xb, axis=2)
-        hi = np.fmax.reduce(self.xb, axis=2)
-        self.box = np.ascontiguousarray(np.stack([lo.T, -hi.T]))
-        self.count = sizes.astype(np.int64)
+        xp = x[perm]
+        lo = np.minimum.reduceat(xp, starts, axis=0)
+        hi = np.maximum.reduceat(xp, starts, axis=0)
+        self.center = np.ascontiguousarray(((lo + hi) * 0.5).T)
+        self.half = np.ascontiguousarray(((hi - lo) * 0.5 + self.tol).T)
+
+    # -- updates -----------------------------------------------------------
+
+    def delete(self, ids: IntArray) -> None:
+        """Hide the records ``ids`` from all later queries."""
+        leaves = self.leaf_of[ids]
+        self.xb.reshape(-1, self.d, self.width)[leaves, :, self.slot_of[ids]] = np.nan
+        np.subtract.at(self.count, self.col_of[leaves], 1)
+
+    def shrink(self, ids: IntArray) -> None:
+        """Tighten the boxes of the leaves that held the deleted ``ids``."""
+        leaves = np.unique(self.leaf_of[ids])
+        xb = self.xb[leaves].reshape(-1, self.d, self.width)
+        lo = np.fmin.reduce(xb, axis=2).T
+        hi = np.fmax.reduce(xb, axis=2).T
+        center = (lo + hi) * 0.5
+        half = (hi - lo) * 0.5 + self.tol
+        empty = np.isnan(half)
+        if empty.any():
+            center[empty] = 0.0
+            half[empty] = -np.inf
+        cols = self.col_of[leaves]
+        self.center[:, cols] = center
+        self.half[:, cols] = half
 
     def compact(self) -> None:
         """Drop the boxes of the leaves without live records."""
-        keep = np.flatnonzero(~np.isnan(self.box[0, 0]))
-        self.box = np.ascontiguousarray(self.box[:, :, keep])
+        keep = (self.count > 0).nonzero()[0]
+        self.center = np.ascontiguousarray(self.center[:, keep])
+        self.half = np.ascontiguousarray(self.half[:, keep])
         self.count = self.count[keep]
         self.bid = self.bid[keep]
-        self.col_of[self.bid] = np.arange(self.bid.size)
+        self.col_of[self.bid] = np.arange(keep.size)
 
-    def remove(self, ids: IntArray) -> None:
-        """Delete the records ``ids`` and shrink the boxes of their leaves."""
-        leaves = self.leaf_of[ids]
-        self.xb[leaves, :, self.slot_of[ids]] = np.nan
-        xb = self.xb[leaves]
-        cols = self.col_of[leaves]
-        np.subtract.at(self.count, cols, 1)
-        self.box[0][:, cols] = np.fmin.reduce(xb, axis=2).T
-        self.box[1][:, cols] = -np.fmax.reduce(xb, axis=2).T
+    # -- queries -----------------------------------------------------------
 
-    def _distances(self, leaves: IntArray, q: FloatArray) -> FloatArray:
-        """Squared distances from ``q`` to every slot of ``leaves``.
+    def query(self, q: FloatArray, upper: bool = True) -> _Query:
+        """Box bounds of the squared distance from ``q`` to every leaf.
 
-        Returns a ``(len(leaves), width)`` array, NaN for empty slots.  The
-        sum over the columns runs in column order (numpy reduces a
-        non-innermost axis sequentially).
+        Per coordinate, with ``t = |center - q|``, the lower bound is
+        ``max(t - half, 0) ** 2``, computed as ``((a + |a|) / 2) ** 2`` with
+        ``a = t - half`` (exact, and much faster than ``np.maximum``), and the
+        upper bound is ``(t + half) ** 2``.  An empty leaf (``half = -inf``)
+        gets ``+inf`` and ``-inf``.
         """
-        diff = self.xb[leaves] - q[None, :, None]
+        gap = self.center - q[:, None]
+        np.abs(gap, out=gap)
+        lower = gap - self.half
+        np.add(lower, np.abs(lower), out=lower)
+        np.multiply(lower, lower, out=lower)
+        lower = np.add.reduce(lower, axis=0)
+        lower *= 0.25
+        up = None
+        if upper:
+            np.add(gap, self.half, out=gap)
+            np.multiply(gap, np.abs(gap), out=gap)
+            up = np.add.reduce(gap, axis=0)
+        return _Query(np.repeat(q, self.width), lower, up)
+
+    def _distances(self, leaves: IntArray, query: _Query) -> FloatArray:
+        """Squared distances from the query point to all slots of ``leaves``.
+
+        Flattened ``(len(leaves) * width,)``; NaN for empty slots.  The sum
+        over the coordinates runs in order (numpy reduces a non-innermost
+        axis sequentially).
+        """
+        diff = self.xb.take(leaves, axis=0)
+        diff -= query.tiled
         np.multiply(diff, diff, out=diff)
-        return diff.sum(axis=1)
+        return np.add.reduce(diff.reshape(-1, self.d, self.width), axis=1).reshape(-1)
 
-    def farthest(self, q: FloatArray, known: float) -> int:
-        """Row id of the live record farthest from ``q``.
+    def farthest(self, query: _Query) -> int:
+        """Row id of the live record farthest from the query point.
 
-        ``known`` must be the squared distance from ``q`` to some live record.
-        Ties go to the lowest row id.
+        Ties go to the lowest row id.  The bounds of ``query`` may predate
+        some deletions (boxes only shrink, so they stay valid).
         """
-        shifted = self.box + np.stack([-q, q])[:, :, None]
-        np.multiply(shifted, shifted, out=shifted)
-        upper = np.maximum(shifted[0], shifted[1]).sum(axis=0)
+        upper = query.upper
+        assert upper is not None
         # The leaf of largest bound usually holds a record nearly as far as
-        # the farthest one; only leaves whose bound reaches it remain.
-        top = int(np.nanargmax(upper))
-        known = max(known, float(np.fmax.reduce(self._distances(self.bid[top : top + 1], q), axis=None)))
-        leaves = self.bid[np.flatnonzero(upper >= known * (1.0 - _MARGIN))]
-        flat = self._distances(leaves, q).ravel()
-        hits = np.flatnonzero(flat == np.fmax.reduce(flat))
-        ids = self.orig[leaves].ravel()[hits]
-        return int(ids[0] if ids.size == 1 else ids.min())
+        # the farthest one; only the leaves whose bound reaches it remain.
+        top = self._top(upper)
+        known = float(np.fmax.reduce(self._distances(self.bid[top : top + 1], query)))
+        leaves = self.bid[(upper >= _reach(known)).nonzero()[0]]
+        flat = self._distances(leaves, query)
+        return self._argmax(leaves, flat)
 
-    def nearest(self, i: int, k: int) -> IntArray:
-        """Row ids of record ``i`` and its ``k - 1`` nearest live records.
+    def nearest(self, i: int, query: _Query, k: int) -> IntArray:
+        """Row ids of the live record ``i`` and its ``k - 1`` nearest ones.
 
-        Ties at the boundary distance go to the lowest row ids; ``i`` itself
-        always comes first.
+        ``query`` holds the bounds for the coordinates of ``i``.  Ties at the
+        boundary distance go to the lowest row ids; ``i`` itself always comes
+        first.
         """
-        leaf, slot = self.leaf_of[i], self.slot_of[i]
-        q = self.xb[leaf, :, slot].copy()
-        shifted = self.box + np.stack([-q, q])[:, :, None]
-        gap = np.maximum(shifted[0], shifted[1])
-        np.maximum(gap, 0.0, out=gap)
-        np.multiply(gap, gap, out=gap)
-        lower = gap.sum(axis=0)
-        # Phase 1: the leaves of smallest lower bound holding >= k records
-        # bound the k-th distance from above.
+        lower = query.lower
+        leaves = self._first_leaves(lower, k)
+        flat = self._distances(leaves, query)
+        kth = flat[flat.argpartition(k - 1)[k - 1]]
+        limit = _limit(kth)
+        wider = self.bid[(lower <= limit).nonzero()[0]]
+        if wider.size > leaves.size:
+            leaves = wider
+            flat = self._distances(leaves, query)
+        return self._k_smallest(i, leaves, flat, k, limit)
+
+    def group_and_farthest(self, i: int, query: _Query, k: int) -> tuple[IntArray, int]:
+        """:meth:`nearest` of ``i`` and the farthest live record from ``i``.
+
+        The farthest record is taken over all live records, so the caller
+        must check that it is not in the group; both searches share one
+        evaluation of the candidate leaves.
+        """
+        lower, upper = query.lower, query.upper
+        assert upper is not None
+        near = self._first_leaves(lower, k)
+        # The leaves of largest upper bound usually hold a record nearly as
+        # far as the farthest one: a good first bound for the farthest.
+        nbox = upper.size
+        tops = self.bid
+        if nbox > _FAR_LEAVES:
+            tops = tops[upper.argpartition(nbox - _FAR_LEAVES)[-_FAR_LEAVES:]]
+        split = near.size * self.width
+        flat = self._distances(np.concatenate((near, tops)), query)
+        near_flat = flat[:split]
+        kth = near_flat[near_flat.argpartition(k - 1)[k - 1]]
+        known = float(np.fmax.reduce(flat[split:]))
+        limit = _limit(kth)
+        near_cols = (lower <= limit).nonzero()[0]
+        far_cols = (upper >= _reach(known)).nonzero()[0]
+        leaves = self.bid[np.concatenate([near_cols, far_cols])]
+        split = near_cols.size * self.width
+        flat = self._distances(leaves, query)
+        group = self._k_smallest(i, leaves[: near_cols.size], flat[:split], k, limit)
+        return group, self._argmax(leaves[near_cols.size :], flat[split:])
+
+    # -- query helpers -------------------------------------------------------
+
+    def _first_leaves(self, lower: FloatArray, k: int) -> IntArray:
+        """The few leaves of smallest lower bound, holding >= k live records.
+
+        Their k-th smallest distance bounds the k-th nearest distance from
+        above.
+        """
         nbox = lower.size
         take = min(_NEAR_LEAVES, nbox)
-        while True:
-            order = np.argpartition(lower, take) if take < nbox else np.arange(nbox)
-            cols = order[:take]
-            if take == nbox or int(self.count[cols].sum()) >= k:
-                break
+        while take < nbox:
+            cols = lower.argpartition(take)[:take]
+            if int(self.count[cols].sum()) >= k:
+                return self.bid[cols]
             take = min(2 * take, nbox)
-        leaves = self.bid[cols]
-        dist = self._distances(leaves, q)
-        flat = dist.ravel()
-        limit = float(np.partition(flat, k - 1)[k - 1]) * (1.0 + _MARGIN) + _TINY
-        # Phase 2, unless no other leaf can hold a record within the bound.
-        if take < nbox and lower[order[take]] <= limit:
-            leaves = self.bid[np.flatnonzero(lower <= limit)]
-            dist = self._distances(leaves, q)
-        dist[leaves == leaf, slot] = -1.0  # the record itself comes first
-        flat = dist.ravel()
-        kth = flat[np.argpartition(flat, k - 1)[k - 1]]
-        hits = np.flatnonzero(flat <= kth)
-        ids = self.orig[leaves].ravel()[hits]
-        if hits.size > k:
-            ids = ids[np.lexsort((ids, flat[hits]))[:k]]
-        return ids
+        return self.bid
+
+    def _top(self, upper: FloatArray) -> int:
+        """Column of the largest upper bound among leaves with live records."""
+        top = int(upper.argmax())
+        if self.count[top] == 0:  # emptied since the boxes were last shrunk
+            top = int(np.where(self.count > 0, upper, -np.inf).argmax())
+        return top
+
+    def _k_smallest(
+        self, i: int, leaves: IntArray, flat: FloatArray, k: int, bound: float
+    ) -> IntArray:
+        """Row ids of the ``k`` smallest distances in ``flat`` (``i`` first).
+
+        ``bound`` is at least the k-th smallest distance.  Ties go to the
+        lowest row ids.
+        """
+        if flat.size > _FILTER_ABOVE:
+            # Most slots of many leaves are beyond the bound: drop them first.
+            hits = (flat <= bound).nonzero()[0]
+            near = flat[hits]
+            kth = near[near.argpartition(k - 1)[k - 1]]
+            hits = hits[near <= kth]
+        else:
+            kth = flat[flat.argpartition(k - 1)[k - 1]]
+            hits = (flat <= kth).nonzero()[0]
+        ids = self.orig[leaves].reshape(-1)[hits]
+        if hits.size == k:
+            return ids  # includes i, at distance 0 <= kth
+        dist = flat[hits]
+        dist[ids == i] = -1.0
+        return ids[np.lexsort((ids, dist))[:k]]
+
+    def _argmax(self, leaves: IntArray, flat: FloatArray) -> int:
+        """Row id of the largest distance in ``flat`` (ties: lowest row id)."""
+        hits = (flat == np.fmax.reduce(flat)).nonzero()[0]
+        ids = self.orig[leaves].reshape(-1)[hits]
+        return int(ids[0] if ids.size == 1 else ids.min())
+
+
+def _limit(kth: float) -> float:
+    """Largest lower bound of a leaf that may hold a record within ``kth``."""
+    return kth * (1.0 + _MARGIN) + _TINY
+
+
+def _reach(known: float) -> float:
+    """Smallest upper bound of a leaf that may hold a record beyond ``known``.
+
+    ``known`` is NaN when the probed leaves hold no live record any more:
+    then every leaf qualifies.
+    """
+    return known * (1.0 - _MARGIN) if known == known else 0.0
 
 
 def _kd_leaves(x: FloatArray, leaf_size: int) -> tuple[IntArray, IntArray]:
     """Cut the rows into kd-tree leaves of at most ``leaf_size`` records.
 
-    Every segment larger than ``leaf_size`` is split at the midpoint of its
-    widest dimension (segments of identical records are halved by position).
-    All segments of a level are split at once.  Returns the row permutation
-    and the leaf sizes (leaves are consecutive runs of the permutation).
+    A segment of more than ``_KD_FANOUT * leaf_size`` records is cut along its
+    widest dimension into ``_KD_FANOUT`` slabs of equal width (which isolates
+    outliers quickly and keeps the cells compact); a smaller one is halved at
+    the median of its widest dimension, so that the leaves end up well
+    filled.  All open segments of a level are cut at once.  Returns the
+    row permutation and the leaf sizes (leaves are consecutive runs of it).
     """
     n = x.shape[0]
+    fanout = _KD_FANOUT
     perm = np.arange(n, dtype=np.int64)
+    starts = np.zeros(1, dtype=np.int64)
     sizes = np.array([n], dtype=np.int64)
-    while (sizes > leaf_size).any():
+    leaf_starts: list[IntArray] = []
+    leaf_sizes: list[IntArray] = []
+    while True:
+        is_open = sizes > leaf_size
+        leaf_starts.append(starts[~is_open])
+        leaf_sizes.append(sizes[~is_open])
+        starts, sizes = starts[is_open], sizes[is_open]
+        if starts.size == 0:
+            break
         nseg = sizes.size
-        starts = np.cumsum(sizes) - sizes
-        xp = x[perm]
-        lo = np.minimum.reduceat(xp, starts, axis=0)
-        hi = np.maximum.reduceat(xp, starts, axis=0)
+        seg = np.repeat(np.arange(nseg), sizes)
+        local = np.cumsum(sizes) - sizes
+        rank = np.arange(seg.size) - local[seg]
+        pos = starts[seg] + rank
+        rows = perm[pos]
+        xp = x[rows]
+        lo = np.minimum.reduceat(xp, local, axis=0)
+        hi = np.maximum.reduceat(xp, local, axis=0)
         dim = np.argmax(hi - lo, axis=1)
         seg_range = np.arange(nseg)
         lo_d = lo[seg_range, dim]
-        hi_d = hi[seg_range, dim]
-        mid = lo_d + 0.5 * (hi_d - lo_d)
-        mid = np.where(mid < hi_d, mid, lo_d)
-        seg = np.repeat(seg_range, sizes)
-        value = xp[np.arange(n), dim[seg]]
-        rank = np.arange(n) - starts[seg]
-        split = sizes > leaf_size
-        right = np.where(
-            (hi_d > lo_d)[seg], value > mid[seg], rank >= (sizes // 2)[seg]
-        ) & split[seg]
-        order = np.argsort(2 * seg + right, kind="stable")
-        perm = perm[order]
-        n_right = np.bincount(seg, weights=right, minlength=nseg).astype(np.int64)
-        pieces = np.stack([sizes - n_right, n_right], axis=1).ravel()
-        sizes = pieces[pieces > 0]
-    return perm, sizes
+        span = hi[seg_range, dim] - lo_d
+        value = xp[np.arange(seg.size), dim[seg]]
+        by_slab = (sizes > fanout * leaf_size) & (span > 0)
+        scale = np.divide(fanout, span, out=np.zeros(nseg), where=by_slab)
+        slab = np.minimum(((value - lo_d[seg]) * scale[seg]).astype(np.int64), fanout - 1)
+        halve = ~by_slab[seg]
+        if halve.any():
+            # Rank by value within the segment (segments are contiguous, so
+            # sorting by (segment, value) keeps every segment in place).
+            sub = halve.nonzero()[0]
+            order = sub[np.lexsort((value[sub], seg[sub]))]
+            slab[order] = (2 * rank[sub]) // sizes[seg[sub]]
+        key = seg * fanout + slab
+        perm[pos] = rows[np.argsort(key, kind="stable")]
+        pieces = np.bincount(key, minlength=nseg * fanout)
+        piece_starts = np.repeat(starts, fanout) + (
+            np.cumsum(pieces) - pieces - np.repeat(local, fanout)
+        )
+        keep = pieces > 0
+        starts, sizes = piece_starts[keep], pieces[keep]
+    starts = np.concatenate(leaf_starts)
+    sizes = np.concatenate(leaf_sizes)
+    return perm, sizes[np.argsort(starts)]
