@@ -56,6 +56,10 @@ class Algorithm(Plugin):
     """An anonymization algorithm."""
 
     kind = "algorithm"
+    #: how many input tables the step takes. Most algorithms take one typed table; a
+    #: post-processing algorithm (e.g. refining a partition) may take two, [original, partition]:
+    #: ``run`` then receives the first as ``table`` and finds all of them in ``ctx.inputs``.
+    inputs: ClassVar[int] = 1
 
     def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         """The privacy models this algorithm guarantees for these parameters.
@@ -212,6 +216,8 @@ class StepContext:
     sql: Callable[..., pa.Table]
     #: ``progress(total, label)`` returns a callable ``advance(n)``; quiet unless on a TTY.
     progress: Callable[[int, str], Callable[[int], None]] = lambda total, label="": (lambda n=1: None)
+    #: the step's input tables, in the order the workflow lists them.
+    inputs: list[TypedTable] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: ``store_table(name, arrow_table)`` keeps a table in the store (publishers use it to
     #: publish into DuckDB) and returns the view it can be queried by.

@@ -127,7 +127,10 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             continue
         where = spec.where(f"step {n!r}")
         ins = [nodes[i] for i in node.inputs]
-        lo, hi = (1, 1) if node.kind == "algorithm" else (BUILTINS[node.uses].min_inputs, BUILTINS[node.uses].max_inputs)
+        if node.kind == "algorithm":
+            lo = hi = node.plugin.obj.inputs
+        else:
+            lo, hi = BUILTINS[node.uses].min_inputs, BUILTINS[node.uses].max_inputs
         if not lo <= len(ins) <= hi:
             want = f"{lo}" if lo == hi else f"{lo} to {hi}"
             raise WorkflowError(f"{node.uses} takes {want} input(s), got {len(ins)}", where=where)
@@ -137,7 +140,7 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
         static = [StaticInput(i.name, i.columns, i.typed) for i in ins]
         given = spec.steps[n].params
         if node.kind == "algorithm":
-            if not static[0].typed:
+            if not all(i.typed for i in static):
                 raise WorkflowError(f"algorithm {node.uses!r} needs a typed table: add a typing step "
                                     f"between {static[0].name!r} and {n!r}", where=where)
             try:

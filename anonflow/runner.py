@@ -189,6 +189,7 @@ class Runner:
                           output_dir=out_dir, sql=self.store_sql, progress=self.reporter.progress,
                           store_table=store_table)
         tables = [self.store.get(a.table) for a in inputs]
+        ctx.inputs = tables
         metrics: dict[str, float] = {}
         outputs: list[Output] = []
         failures: list[str] = []
