@@ -14,7 +14,7 @@ from anonflow.api import Algorithm, HierarchyBuilder, Metric, Publisher, hookimp
 
 __version__ = "0.1.0"
 
-MODULES = ("algorithms", "metrics", "publishers", "hierarchies", "gca", "alphak", "lossyjoin")
+MODULES = ("algorithms", "metrics", "publishers", "hierarchies", "gca", "alphak", "lossyjoin", "lattice", "utility", "lclustering", "release", "maasae", "metrics_groups", "linkage")
 
 
 def _plugins(kind: type) -> list:

@@ -1,0 +1,600 @@
+"""Optimal full-domain generalization over a lattice of hierarchy levels (SPEC section 6).
+
+A node is a vector of hierarchy levels, one per quasi-identifier (QI); applying it replaces
+every QI value by its ancestor at that level. The search finds every *minimal* node that
+satisfies a privacy model (a check plugin implementing ``Metric.partition_holds``) within a
+record-suppression limit, then picks the node of least utility loss.
+
+Search (after Flash, Kohlmayer et al. 2012, as in ARX): the nodes are visited level by level
+(sum of levels), each level's nodes ordered by ARX's strategy (relative height, mean
+relative generalization, then the fraction of distinct values kept). From each node not yet
+classified, a greedy path leads upwards through unclassified nodes (always to the best
+successor in that order); a binary search on the path checks nodes, and each check tags
+the lattice predictively: a satisfying node tags all its generalizations satisfying, a
+failing node tags all its specializations failing, and a failing node's unclassified
+successors are queued as new path heads. At the end every node is classified, having
+checked only a fraction of them. Tagging needs monotonicity: the model must hold for a
+class merged from satisfying classes (``Metric.monotone``), and, with suppression, for any
+class containing a satisfying class (``Metric.monotone_with_suppression``; true for
+k-anonymity and distinct l-diversity, false for (alpha,k)-anonymity). A model that is not
+monotone in this sense is checked on every node.
+
+Checking a node never reads the table again: each QI's values are coded once as hierarchy
+rows, and each level as integer label codes. The bottom node's classes are the distinct
+code tuples; any other node's classes are computed from an already evaluated node below it
+(the one with the fewest classes, from a small cache) by mapping each class's label codes
+one level up through lookup arrays, combining them into one mixed-radix int64 key and
+grouping (a dense bincount when the key space is small, else a sort). Class sizes are
+bincounts, and the privacy check is vectorized over classes.
+
+Utility: ``loss``, ``entropy-loss``, ``mi-loss`` and ``generalization-rl`` score a node from
+codes alone (the mean width of each QI at each level is precomputed, so a node's loss
+without suppression is a sum of d numbers; records of failing classes are suppressed and
+count as fully generalized, width 1, on every QI). Without suppression the best node is
+the minimal satisfying node of least loss (loss grows along generalization). With
+suppression loss is not monotone, so every satisfying node is a candidate, visited in order
+of its loss without suppression (a lower bound), evaluated exactly until the bound passes
+the best loss found. Any other metric plugin is computed on the materialized output of each
+minimal satisfying node.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from anonflow.api import CLASS, Algorithm, InputError, Metric, Param, Partition, RunError, StepContext, TypedTable
+from anonflow.params import ParamError, validate_params
+
+from . import __version__
+from .utility import HierarchyLoss, Levels, LossModel, need_hierarchies
+
+#: evaluated partitions kept to roll coarser nodes up from.
+CACHE = 48
+#: anchor partitions (nodes with every level 0 or 1) kept to roll nodes up from.
+ANCHORS = 64
+#: largest key space grouped by a dense bincount instead of a sort (times the rows grouped).
+DENSE_FACTOR = 4
+
+
+def _group(cols: list[np.ndarray], cards: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Group rows given as integer code columns (``cols[i]`` in ``0 .. cards[i]-1``).
+
+    Returns ``(inverse, reps)``: each row's group id, groups numbered in the order of their
+    code tuples (first column most significant), and each group's codes, one array per
+    column."""
+    m = len(cols[0]) if cols else 0
+    key = np.zeros(m, dtype=np.int64)
+    radix = 1
+    dense_ok = True
+    for c, card in zip(cols, cards):
+        if card == 1:
+            continue
+        if radix * card >= 1 << 62:
+            uniq, key = np.unique(key, return_inverse=True)
+            key = key.astype(np.int64).ravel()
+            radix = len(uniq)
+            dense_ok = False
+        key = key * card + c if radix > 1 else c.astype(np.int64, copy=True)
+        radix *= card
+    if not dense_ok:
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return inverse.ravel().astype(np.int64), [c[first] for c in cols]
+    if radix <= max(1 << 12, DENSE_FACTOR * m):
+        present = np.zeros(radix, dtype=bool)
+        present[key] = True
+        ukeys = np.flatnonzero(present)
+        rank = np.empty(radix, dtype=np.int64)
+        rank[ukeys] = np.arange(len(ukeys), dtype=np.int64)
+        inverse = rank[key]
+    else:
+        ukeys, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.ravel().astype(np.int64)
+    reps: list[np.ndarray] = [np.zeros(0)] * len(cols)
+    rest = ukeys.astype(np.int64)
+    for i in range(len(cols) - 1, -1, -1):
+        if cards[i] == 1:
+            reps[i] = np.zeros(len(ukeys), dtype=np.int64)
+            continue
+        reps[i] = rest % cards[i]
+        rest = rest // cards[i]
+    return inverse, reps
+
+
+@dataclass
+class _Part:
+    """The classes of one node: per record class ids, class sizes and label codes."""
+
+    levels: tuple[int, ...]
+    classes: np.ndarray | None   # None until needed (see Space.classes)
+    sizes: np.ndarray
+    reps: list[np.ndarray]   # per QI: each class's label code at the node's level
+
+
+class Space:
+    """The lattice of a table's QI hierarchies, with the records coded once."""
+
+    def __init__(self, table: TypedTable, quasi: list[str]) -> None:
+        self.table = table
+        self.quasi = quasi
+        self.n = table.num_rows
+        self.levels = [Levels(table.hierarchies[q]) for q in quasi]
+        self.d = len(quasi)
+        self.heights = np.array([lv.height for lv in self.levels], dtype=np.int64)
+        self.shape = tuple(int(h) + 1 for h in self.heights)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.rows = [lv.rows(table.data.column(q)) for q, lv in zip(quasi, self.levels)]
+        self._ups: dict[tuple[int, int, int], np.ndarray] = {}
+        cols = [lv.codes[0][r] for lv, r in zip(self.levels, self.rows)]
+        inverse, reps = _group(cols, [lv.cards[0] for lv in self.levels])
+        self.bottom = _Part(tuple([0] * self.d), inverse, np.bincount(inverse, minlength=len(reps[0])), reps)
+        self._cache: list[_Part] = []
+        self._cache_levels = np.zeros((CACHE, self.d), dtype=np.int64)
+        self._cache_sizes = np.zeros(CACHE, dtype=np.int64)
+        self._next = 0
+        self._anchors: dict[tuple[int, ...], _Part] = {}
+        self.evaluations = 0
+        #: compute per-record class ids with every partition (once a check has asked for them)
+        self.eager = False
+
+    def up(self, i: int, a: int, b: int) -> np.ndarray:
+        key = (i, a, b)
+        if key not in self._ups:
+            self._ups[key] = self.levels[i].up(a, b)
+        return self._ups[key]
+
+    def partition(self, levels: tuple[int, ...]) -> _Part:
+        """The classes of ``levels``, rolled up from the coarsest cached node below it."""
+        target = np.array(levels, dtype=np.int64)
+        base = self.bottom
+        if self._cache:
+            below = np.all(self._cache_levels[: len(self._cache)] <= target, axis=1)
+            if below.any():
+                sizes = np.where(below, self._cache_sizes[: len(self._cache)], np.iinfo(np.int64).max)
+                j = int(np.argmin(sizes))
+                if self._cache[j].levels == levels:
+                    return self._cache[j]
+                if sizes[j] < len(base.sizes):
+                    base = self._cache[j]
+        if base is self.bottom:
+            # nothing evaluated below: go through the anchor min(levels, 1), kept apart --
+            # the high-cardinality level-0 codes are then grouped once per anchor, not per node
+            anchor = tuple(min(v, 1) for v in levels)
+            if anchor != levels and any(anchor):
+                if anchor not in self._anchors:
+                    if len(self._anchors) >= ANCHORS:
+                        self._anchors.pop(next(iter(self._anchors)))
+                    self._anchors[anchor] = self._rollup(self.bottom, anchor)
+                base = self._anchors[anchor]
+        part = self._rollup(base, levels)
+        self.evaluations += 1
+        slot = self._next % CACHE
+        if len(self._cache) < CACHE:
+            self._cache.append(part)
+        else:
+            self._cache[slot] = part
+        self._cache_levels[slot] = target
+        self._cache_sizes[slot] = len(part.sizes)
+        self._next += 1
+        return part
+
+    def _rollup(self, base: _Part, levels: tuple[int, ...]) -> _Part:
+        cols = [base.reps[i] if base.levels[i] == levels[i] else self.up(i, base.levels[i], levels[i])[base.reps[i]]
+                for i in range(self.d)]
+        inverse, reps = _group(cols, [lv.cards[l] for lv, l in zip(self.levels, levels)])
+        sizes = np.bincount(inverse, weights=base.sizes, minlength=len(reps[0]) if reps else 1).astype(np.int64)
+        classes = inverse[base.classes] if self.eager and base.classes is not None else None
+        return _Part(levels, classes, sizes, reps)
+
+    def classes(self, part: _Part) -> np.ndarray:
+        """Per-record class ids of ``part``. Class ids are canonical (the order of the classes'
+        label-code tuples), so a partition computed lazily from any base can be completed
+        from the bottom node."""
+        if part.classes is None:
+            cols = [self.up(i, 0, l)[self.bottom.reps[i]] for i, l in enumerate(part.levels)]
+            inverse, _ = _group(cols, [lv.cards[l] for lv, l in zip(self.levels, part.levels)])
+            part.classes = inverse[self.bottom.classes]
+        return part.classes
+
+    def need_classes(self) -> None:
+        """From now on compute per-record class ids eagerly (a gather from the base), and drop
+        cached partitions without them."""
+        if not self.eager:
+            self.eager = True
+            keep = [j for j, p in enumerate(self._cache) if p.classes is not None]
+            self._cache = [self._cache[j] for j in keep]
+            self._cache_levels[: len(keep)] = self._cache_levels[keep]
+            self._cache_sizes[: len(keep)] = self._cache_sizes[keep]
+            self._next = len(keep)
+            self._anchors.clear()
+
+    def published(self, levels: tuple[int, ...]) -> list[pa.Array]:
+        """Each QI generalized to its level (hierarchy labels as text)."""
+        return [lv.labels[l].take(pa.array(lv.codes[l][r])) for lv, l, r in zip(self.levels, levels, self.rows)]
+
+    def describe(self, levels: tuple[int, ...] | np.ndarray) -> str:
+        return "[" + ", ".join(f"{q}={int(l)}" for q, l in zip(self.quasi, levels)) + "]"
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    failing: int          # records in classes that fail the model
+    classes: int
+
+
+class Search:
+    """Classify every node of ``space`` as satisfying or failing (Flash-style, see the
+    module docstring). ``check(levels) -> Verdict``."""
+
+    def __init__(self, space: Space, check, monotone: bool) -> None:
+        self.space = space
+        self.check = check
+        self.monotone = monotone
+        self.status = np.zeros(space.shape, dtype=np.int8)  # 0 unknown, 1 satisfying, -1 failing
+        self.flat = self.status.reshape(-1)
+        self.verdicts: dict[int, Verdict] = {}
+        self.strides = np.array([int(np.prod(space.shape[i + 1:], dtype=np.int64)) for i in range(space.d)],
+                                dtype=np.int64)
+        self._order()
+
+    def _order(self) -> None:
+        """ARX's strategy: relative height, then mean relative level, then 1 - mean
+        fraction of distinct values kept (more generalized last), then the node's index.
+        Nodes are bucketed by height; a bucket is sorted only when the search reaches it,
+        and only its nodes still unclassified then."""
+        sp = self.space
+        grid = np.indices(sp.shape, dtype=np.int16).reshape(sp.d, -1)
+        self.grid = grid
+        self.height = grid.sum(axis=0, dtype=np.int64)
+        prec = np.zeros(sp.size)
+        kept = np.zeros(sp.size)
+        for i, lv in enumerate(sp.levels):
+            prec += (np.arange(lv.height + 1) / max(lv.height, 1))[grid[i]]
+            kept += (np.array(lv.cards, dtype=np.float64) / lv.cards[0])[grid[i]]
+        self.prec = np.round(prec / sp.d, 12)
+        self.kept = np.round(1 - kept / sp.d, 12)
+        self.by_height = np.argsort(self.height, kind="stable")
+        self.bounds = np.searchsorted(self.height[self.by_height], np.arange(int(sp.heights.sum()) + 2))
+
+    def key(self, idx: int) -> tuple[int, float, float, int]:
+        return (int(self.height[idx]), float(self.prec[idx]), float(self.kept[idx]), idx)
+
+    def _buckets(self, unclassified_only: bool):
+        for h in range(len(self.bounds) - 1):
+            nodes = self.by_height[self.bounds[h]: self.bounds[h + 1]]
+            if unclassified_only:
+                nodes = nodes[self.flat[nodes] == 0]
+            if nodes.size:
+                yield nodes[np.lexsort((nodes, self.kept[nodes], self.prec[nodes]))]
+
+    def levels(self, idx: int) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.grid[:, idx])
+
+    def successors(self, idx: int) -> list[int]:
+        lv = self.grid[:, idx]
+        succ = [idx + int(self.strides[i]) for i in range(self.space.d) if lv[i] < self.space.heights[i]]
+        return sorted(succ, key=self.key)
+
+    def evaluate(self, idx: int) -> bool:
+        v = self.check(self.levels(idx))
+        self.verdicts[idx] = v
+        lv = self.grid[:, idx]
+        if not self.monotone:
+            self.flat[idx] = 1 if v.ok else -1
+            return v.ok
+        # monotone: every generalization of a satisfying node satisfies, every specialization
+        # of a failing node fails (so no tag is ever overwritten with its opposite)
+        if v.ok:
+            self.status[tuple(slice(int(x), None) for x in lv)] = 1
+        else:
+            self.status[tuple(slice(0, int(x) + 1) for x in lv)] = -1
+        return v.ok
+
+    def run(self) -> None:
+        if not self.monotone:
+            for nodes in self._buckets(False):
+                for idx in nodes:
+                    self.evaluate(int(idx))
+            return
+        flat = self.flat
+        for nodes in self._buckets(True):
+            for idx in nodes:
+                if flat[idx] == 0:
+                    self._binary(int(idx))
+
+    def _path(self, head: int) -> list[int]:
+        path = [head]
+        current = head
+        while True:
+            nxt = next((s for s in self.successors(current) if self.flat[s] == 0), None)
+            if nxt is None:
+                return path
+            path.append(nxt)
+            current = nxt
+
+    def _binary(self, start: int) -> None:
+        queue = [self.key(start)]
+        while queue:
+            head = heapq.heappop(queue)[-1]
+            if self.flat[head] != 0:
+                continue
+            path = self._path(head)
+            low, high = 0, len(path) - 1
+            while low <= high:
+                mid = (low + high) // 2
+                node = path[mid]
+                if self.flat[node] != 0:
+                    high = mid - 1
+                    continue
+                if self.evaluate(node):
+                    high = mid - 1
+                else:
+                    for s in self.successors(node):
+                        if self.flat[s] == 0:
+                            heapq.heappush(queue, self.key(s))
+                    low = mid + 1
+
+    def minimal(self) -> np.ndarray:
+        """Boolean grid: satisfying nodes none of whose direct specializations satisfy."""
+        sat = self.status == 1
+        below = np.zeros_like(sat)
+        for axis in range(self.space.d):
+            src = [slice(None)] * self.space.d
+            dst = [slice(None)] * self.space.d
+            src[axis] = slice(0, -1)
+            dst[axis] = slice(1, None)
+            below[tuple(dst)] |= sat[tuple(src)]
+        return sat & ~below
+
+
+class Lattice(Algorithm):
+    name = "lattice"
+    version = __version__
+    description = ("Optimal full-domain generalization (SPEC section 6): every minimal hierarchy-level node "
+                   "satisfying a privacy model (Flash-style search with predictive tagging), best by a utility "
+                   "metric; optional record suppression.")
+    params = (
+        Param("model", "str", default="k-anonymity",
+              help="privacy check implementing partition_holds (k-anonymity, l-diversity, alpha-k-anonymity, ...)"),
+        Param("model_params", "dict", default={}, help="the model's parameters, e.g. {k: 5}"),
+        Param("suppression", "float", default=0.0, min=0.0, max=1.0,
+              help="largest fraction of records that may be suppressed (records of failing classes)"),
+        Param("utility", "str", default="loss",
+              help="metric choosing among satisfying nodes: loss, entropy-loss, mi-loss, generalization-rl, or any"),
+        Param("utility_params", "dict", default={}, help="parameters of the utility metric, e.g. {label: income}"),
+        Param("maximize", "bool", default=False,
+              help="for a metric other than the built-in losses: higher is better"),
+    )
+
+    # -- parameters -------------------------------------------------------------------
+
+    def _model(self, params: Mapping[str, Any]) -> tuple[Metric, dict[str, Any]]:
+        from anonflow.plugins import get_registry
+
+        reg = get_registry()
+        name = params["model"]
+        if not reg.has("metric", name):
+            known = [n for n in reg.names("metric") if _offers_partition(reg.get("metric", n).obj)]
+            raise InputError(f"lattice: unknown privacy model {name!r}; models the lattice can search: "
+                             f"{', '.join(known) or 'none'}")
+        obj = reg.get("metric", name).obj
+        if obj.category != "privacy" or not _offers_partition(obj):
+            known = [n for n in reg.names("metric") if _offers_partition(reg.get("metric", n).obj)]
+            raise InputError(f"lattice: metric {name!r} is not a privacy check the lattice can search (it needs "
+                             f"partition_holds); models: {', '.join(known) or 'none'}")
+        try:
+            mparams = validate_params(obj.params, params["model_params"] or {})
+        except ParamError as exc:
+            raise InputError(f"lattice: model_params of {name!r}: {exc}") from None
+        return obj, mparams
+
+    def _utility(self, params: Mapping[str, Any]) -> tuple[Metric, dict[str, Any]]:
+        from anonflow.plugins import get_registry
+
+        reg = get_registry()
+        name = params["utility"]
+        if not reg.has("metric", name):
+            raise InputError(f"lattice: unknown utility metric {name!r}; e.g. loss, entropy-loss, mi-loss, "
+                             "generalization-rl")
+        obj = reg.get("metric", name).obj
+        try:
+            uparams = validate_params(obj.params, params["utility_params"] or {})
+        except ParamError as exc:
+            raise InputError(f"lattice: utility_params of {name!r}: {exc}") from None
+        return obj, uparams
+
+    def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        try:
+            _, mparams = self._model(params)
+        except InputError:
+            return {}
+        return {params["model"]: {k: v for k, v in mparams.items() if v is not None}}
+
+    def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **tables: TypedTable) -> None:
+        self._model(params)
+        utility, uparams = self._utility(params)
+        if table is None:
+            return
+        quasi = table.typing.quasi
+        need_hierarchies(quasi, table.hierarchies, "lattice")
+        if table.num_rows == 0:
+            raise InputError("lattice: the table has no records")
+        if isinstance(utility, HierarchyLoss):
+            utility.model(table, uparams)
+
+    # -- the run ----------------------------------------------------------------------
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
+        t0 = time.perf_counter()
+        model, mparams = self._model(params)
+        utility, uparams = self._utility(params)
+        quasi = table.typing.quasi
+        need_hierarchies(quasi, table.hierarchies, "lattice")
+        space = Space(table, quasi)
+        n = space.n
+        limit = int(math.floor(params["suppression"] * n + 1e-9))
+        cache: dict[str, Any] = {}
+
+        def holds(part: _Part) -> np.ndarray:
+            partition = Partition(lambda: space.classes(part), part.sizes, table, cache)
+            ok = np.asarray(model.partition_holds(partition, mparams))
+            if partition.classes_used:
+                space.need_classes()
+            if ok.shape != part.sizes.shape or ok.dtype != np.bool_:
+                raise RunError(f"privacy model {model.name!r}: partition_holds returned {ok.dtype} of shape "
+                               f"{ok.shape}, expected one bool per class ({part.sizes.shape[0]})")
+            return ok
+
+        def check(levels: tuple[int, ...]) -> Verdict:
+            part = space.partition(levels)
+            ok = holds(part)
+            failing = int(part.sizes[~ok].sum())
+            return Verdict(failing <= limit, failing, len(part.sizes))
+
+        monotone = bool(model.monotone and (limit == 0 or model.monotone_with_suppression))
+        search = Search(space, check, monotone)
+        search.run()
+        checked = len(search.verdicts)
+        t_search = time.perf_counter() - t0
+        if not monotone:
+            why = "" if not model.monotone else " once records may be suppressed"
+            ctx.note(f"lattice: {model.name!r} is not monotone under generalization{why}; "
+                     f"every one of the {space.size} nodes was checked")
+
+        sat = search.status == 1
+        if not sat.any():
+            raise InputError(self._no_node(space, search, model.name, mparams, params["suppression"], limit))
+        minimal = np.flatnonzero(search.minimal().reshape(-1))
+
+        if isinstance(utility, HierarchyLoss):
+            lm = utility.model(table, uparams)
+            best, value, evaluated = self._best_loss(space, search, lm, minimal, limit, holds)
+        else:
+            best, value, evaluated = self._best_metric(space, search, minimal, holds, table, utility, uparams,
+                                                       params["maximize"], ctx)
+        levels = search.levels(best)
+        part = space.partition(levels)
+        ok = holds(part)
+        classes = space.classes(part)
+        kept = ok[classes]
+        new_id = np.cumsum(ok) - 1
+        class_ids = pa.array(new_id[classes], mask=~kept, type=pa.int64())
+        data = table.data
+        for q, arr in zip(quasi, space.published(levels)):
+            data = data.set_column(data.column_names.index(q), q, arr)
+        if CLASS in data.column_names:
+            data = data.drop_columns([CLASS])
+        data = data.append_column(CLASS, class_ids)
+        suppressed = int((~kept).sum())
+
+        ctx.note(f"lattice: {space.size} nodes ({' x '.join(map(str, space.shape))} levels over "
+                 f"{', '.join(quasi)}); checked {checked}, pruned {space.size - checked} by predictive tagging; "
+                 f"{int(sat.sum())} satisfy {model.name}, {len(minimal)} of them minimal; "
+                 f"search {t_search:.2f} s")
+        ctx.note(f"lattice: chosen node {space.describe(levels)} with {utility.name} = {value:.6g} "
+                 f"({evaluated} node(s) scored); {int(ok.sum())} classes, {suppressed} record(s) suppressed "
+                 f"(limit {limit})")
+        claims = {model.name: {k: v for k, v in mparams.items() if v is not None}}
+        return table.replace(data=data, claims=claims)
+
+    # -- choosing the node --------------------------------------------------------------
+
+    def _no_node(self, space: Space, search: Search, model: str, mparams: Mapping[str, Any], suppression: float,
+                 limit: int) -> str:
+        # fewest records in failing classes; ties to the most generalized node (for a monotone
+        # model the closest to satisfying), then the first in lattice order
+        idx = min(search.verdicts, key=lambda i: (search.verdicts[i].failing, -int(search.grid[:, i].sum()), i))
+        v = search.verdicts[idx]
+        shown = ", ".join(f"{k}={val}" for k, val in mparams.items() if val is not None)
+        allowed = "with no record suppressed" if limit == 0 else \
+            f"with at most {suppression:.4g} of the records ({limit}) suppressed"
+        return (f"lattice: no node satisfies {model} ({shown}) {allowed}; the least violating node "
+                f"{space.describe(search.levels(idx))} leaves {v.failing} of {space.n} records in failing classes; "
+                "allow more suppression or relax the model")
+
+    def _best_loss(self, space: Space, search: Search, lm: LossModel, minimal: np.ndarray, limit: int,
+                   holds) -> tuple[int, float, int]:
+        """Least-loss satisfying node (loss computed from codes; see module docstring)."""
+        means = []
+        for lv, widths, rows in zip(lm.levels, lm.widths, space.rows):
+            means.append(np.array([widths[lvl][lv.codes[lvl][rows]].mean() for lvl in range(lv.height + 1)]))
+        bound = np.zeros(space.shape)
+        for i, (w, m) in enumerate(zip(lm.weights, means)):
+            shape = [1] * space.d
+            shape[i] = len(m)
+            bound = bound + w * m.reshape(shape)
+        bound = bound.reshape(-1)
+        heights = search.height
+        if limit == 0:
+            cand = minimal
+            order = np.lexsort((cand, heights[cand], np.round(bound[cand], 12)))
+            best = int(cand[order[0]])
+            return best, float(bound[best]), len(cand)
+        cand = np.flatnonzero(search.status.reshape(-1) == 1)
+        order = cand[np.lexsort((cand, heights[cand], np.round(bound[cand], 12)))]
+        best, best_value, evaluated = -1, np.inf, 0
+        for idx in order:
+            idx = int(idx)
+            if bound[idx] >= best_value - 1e-12:
+                break
+            part = space.partition(search.levels(idx))
+            ok = holds(part)
+            value = float(bound[idx])
+            if not ok.all():
+                bad = np.flatnonzero(~ok)
+                extra = 0.0
+                for i, (w, widths) in enumerate(zip(lm.weights, lm.widths)):
+                    lvl = part.levels[i]
+                    extra += w * float((part.sizes[bad] * (1.0 - widths[lvl][part.reps[i][bad]])).sum())
+                value += extra / space.n
+            evaluated += 1
+            if value < best_value - 1e-12:
+                best, best_value = idx, value
+        return best, best_value, evaluated
+
+    def _best_metric(self, space: Space, search: Search, minimal: np.ndarray, holds, table: TypedTable,
+                     utility: Metric, uparams: Mapping[str, Any], maximize: bool,
+                     ctx: StepContext) -> tuple[int, float, int]:
+        """Materialize each minimal satisfying node and score it with ``utility``."""
+        best, best_value = -1, None
+        for idx in minimal:
+            levels = search.levels(int(idx))
+            part = space.partition(levels)
+            ok = holds(part)
+            classes = space.classes(part)
+            keep = pa.array(ok[classes])
+            data = table.data
+            for q, arr in zip(space.quasi, space.published(levels)):
+                data = data.set_column(data.column_names.index(q), q, arr)
+            new_id = np.cumsum(ok) - 1
+            data = data.append_column(CLASS, pa.array(new_id[classes], type=pa.int64()))
+            anonymized = table.replace(data=data.filter(keep))
+            original = table.replace(data=table.data.filter(keep)) if utility.requires_original else None
+            try:
+                result = utility.compute(original, anonymized, uparams, ctx)
+            except InputError:
+                raise
+            except Exception as exc:  # a third party's crash: say whose
+                raise RunError(f"lattice: utility metric {utility.name!r} failed on node {space.describe(levels)}: "
+                               f"{type(exc).__name__}: {exc}") from exc
+            if utility.name not in result:
+                raise RunError(f"lattice: utility metric {utility.name!r} returned no value named {utility.name!r}")
+            value = float(result[utility.name])
+            better = best_value is None or (value > best_value if maximize else value < best_value)
+            if better:
+                best, best_value = int(idx), value
+        return best, float(best_value), len(minimal)
+
+
+def _offers_partition(obj: Metric) -> bool:
+    return type(obj).partition_holds is not Metric.partition_holds
+
+
+PLUGINS = [Lattice()]

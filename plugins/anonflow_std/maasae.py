@@ -1,0 +1,1052 @@
+"""MAASAE: microaggregation with sensitive-attribute entropy (seed 000, SPEC section 4).
+
+p-sensitive k-anonymity by greedy microaggregation on mixed-type quasi-identifiers
+(continuous, ordinal, nominal, semantic; SPEC section 1 distances and centroids, encoded by
+:mod:`anonflow.kernels`). A class G grows one record (or one formed class) at a time; each
+step takes the addition with the largest anonymity protection factor APF = EA / ILA (gain of
+the sensitive attribute's entropy over gain of information loss), or the smallest ILA
+(``objective: min-il``, the seed's MAA-MINIL). Leftover records join the class of largest
+APF({t}, {t} u G_k). Every QI is then published as its class's centroid.
+
+The result is exactly that of Algorithm 1 evaluated literally (``tests/test_maasae.py``
+compares with such a reference); the speed comes from evaluating every candidate and every
+formed class at once, with no Python loop over records:
+
+* **Candidate records.** IL(G + {t}) is a sum over attributes of a function of t's value on
+  that attribute, so each step builds per attribute an exact table of IL_a(G + {v}) over the
+  attribute's values v (G has at most k - 1 records while it is scored), adds the tables of
+  several attributes into joint tables of at most JOINT_LIMIT entries, and gathers them for
+  all of T (three gathers for Adult):
+
+  - continuous: sum |x' - mean'|, mean' = (sum_G + v) / (|G| + 1), from G's sorted values and
+    prefix sums (one ``searchsorted`` over the distinct values);
+  - ordinal: the convex median of G + {c} for every category c (an m x m table);
+  - nominal: the frequency-vector closed form |G'| / 2 (1 - sum_c f_c^2), O(1) per value;
+  - semantic: the medoid of G + {v} is v (total D_G(v)) or a member u of G (total
+    D_G(u) + d(u, v)); both are constant on the runs of sorted codes cut by G's prefixes,
+    so they are computed on at most 2 L |G| + 1 runs and expanded with one ``repeat``. Exact.
+
+  EA depends only on t's sensitive value; T is grouped by it, so the best record of each
+  value is one ``reduceat`` (every score is monotone in ILA within a value).
+
+* **Formed classes** (the merge G' of steps 2b/2c), pruned by exact bounds, all classes at
+  once: exact EA and the exact nominal IL of G u G_k, updated as G grows (:class:`_Cross`);
+  IL(G u G_k) >= OPT(G) + OPT(G_k) for the other types (the loss of each type's optimal
+  centroid is superadditive; the continuous mean's loss is bounded by the L1 median's and a
+  tangent); then, on the survivors, the exact ordinal IL and an ultrametric bound of the
+  semantic IL; then the exact IL of the union, best bound first, only until no bound can
+  reach the best exact score (:func:`_lazy_best`).
+
+* **Leftover records** (step 3): the exact APF({t}, {t} u G_k) of every class at once over
+  flat arrays of the classes' members.
+
+Ties (scores within TIE_RTOL): the earliest record, the earliest formed class; the merge
+wins a tie with the best record. Choices where SPEC leaves room: ``docs/algorithms.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable
+from anonflow.kernels.distance import centroids
+from anonflow.kernels.encode import Continuous, Encoded, Nominal, Ordinal, Semantic, encode
+
+from . import __version__
+
+__all__ = ["Maasae", "maasae_partition", "record_scores", "entropy", "apf", "OBJECTIVES"]
+
+#: ILA at or below zero counts as this (SPEC section 4).
+EPS = 1e-12
+OBJECTIVES = ("apf", "apf-safe", "min-il")
+#: largest joint table (product of the cardinalities of attributes scored together).
+JOINT_LIMIT = 1 << 13
+#: largest (distinct sensitive values) x (classes) count matrix.
+MAX_COUNTS = 1 << 26
+
+
+# -- the formulas of SPEC section 4, on plain numbers (also used by the tests) -------------
+
+
+def entropy(counts: np.ndarray) -> float:
+    """Ent(G) = -sum p_s log2 p_s from the counts of the sensitive values in G (eq. 14)."""
+    c = np.asarray(counts, dtype=np.float64)
+    c = c[c > 0]
+    if c.size == 0:
+        return 0.0
+    p = c / c.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
+def apf(ea: float, ila: float) -> float:
+    """APF = EA / ILA with ILA <= 0 replaced by 1e-12 (Def. 14, SPEC section 4)."""
+    return float(ea) / max(float(ila), EPS)
+
+
+def _score(objective: str, ea: np.ndarray, ila: np.ndarray) -> np.ndarray:
+    """The quantity each greedy choice maximizes.
+
+    * ``apf``: EA / max(ILA, eps).
+    * ``apf-safe``: entropy gains first (EA > 0 gives EA / ILA > 0), then, when EA <= 0,
+      EA * max(ILA, eps) <= 0 -- the ratio inverted so that a larger loss is never preferred.
+    * ``min-il``: -ILA.
+    """
+    if objective == "min-il":
+        return -ila
+    lim = np.maximum(ila, EPS)
+    if objective == "apf":
+        return ea / lim
+    with np.errstate(invalid="ignore"):
+        return np.where(ea > 0, ea / lim, ea * lim)
+
+
+#: scores within this relative distance of the best count as ties (they differ by rounding
+#: only); ties go to the earliest record / the earliest formed class.
+TIE_RTOL = 1e-9
+
+
+def _floor(top: float) -> float:
+    """The smallest score that ties with ``top``."""
+    return top - TIE_RTOL * abs(top) if np.isfinite(top) else top
+
+
+def _first_best(score: np.ndarray) -> int:
+    """Position of the best score; among ties (within TIE_RTOL), the first."""
+    top = float(score.max())
+    return int(np.argmax(score >= _floor(top)))
+
+
+# -- the encoded quasi-identifiers, prepared for the greedy steps ---------------------------
+
+
+class _Cont:
+    """Continuous attribute: IL = sum |x' - mean| on min-max scaled values; OPT = sum |x' - median|."""
+
+    def __init__(self, attr: Continuous) -> None:
+        self.x = attr.scaled
+        self.values, inverse = np.unique(self.x, return_inverse=True)
+        self.code = inverse.astype(np.int64).ravel()
+        self.size = int(self.values.shape[0])
+
+    def stats(self, members: np.ndarray) -> tuple[float, float, float, float, float]:
+        """sum, mean, IL, a subgradient of mu -> sum |x - mu| at the mean, OPT."""
+        g = self.x[members]
+        s = float(g.sum())
+        mean = s / g.shape[0]
+        slope = float(np.count_nonzero(g < mean) - np.count_nonzero(g > mean))
+        return s, mean, float(np.abs(g - mean).sum()), slope, float(np.abs(g - np.median(g)).sum())
+
+
+def _abs_dev(g: np.ndarray, cs: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """sum_i |g_i - mu| for every mu, given sorted g and its prefix sums cs (cs[0] = 0)."""
+    pos = np.searchsorted(g, mu)
+    return mu * (2 * pos - g.shape[0]) + cs[-1] - 2.0 * cs[pos]
+
+
+class _Ord:
+    """Ordinal attribute: IL = sum |pos - pos(convex median)| (which is also OPT)."""
+
+    def __init__(self, attr: Ordinal) -> None:
+        self.code = attr.codes.astype(np.int64)
+        self.pos = attr.pos
+        self.size = int(attr.pos.shape[0])
+        self._ar = np.arange(self.size)
+
+    def il_counts(self, cnt: np.ndarray) -> np.ndarray:
+        """IL of classes given as count columns ``cnt`` (size x classes)."""
+        tot = cnt.sum(axis=0)
+        med = np.argmax(2 * np.cumsum(cnt, axis=0) >= tot[None, :], axis=0)
+        return (cnt * np.abs(self.pos[:, None] - self.pos[med][None, :])).sum(axis=0)
+
+    def table(self, cnt: np.ndarray, m: int) -> np.ndarray:
+        """IL(G + {c}) for every category c."""
+        cum = np.cumsum(cnt)[None, :] + (self._ar[None, :] >= self._ar[:, None])
+        med = np.argmax(2 * cum >= m + 1, axis=1)
+        d = np.abs(self.pos[None, :] - self.pos[med][:, None])
+        return d @ cnt + d[self._ar, self._ar]
+
+
+class _Sem:
+    """Semantic attribute: IL = total CHT distance to the medoid, a member value (also OPT:
+    no code of the tree has a smaller total, since a code off every member's path shares
+    less with all of them than the member it branched from)."""
+
+    def __init__(self, attr: Semantic) -> None:
+        assert attr.cht is not None
+        self.cht = attr.cht
+        self.code = attr.codes.astype(np.int64)
+        m, length = attr.cht.m, attr.cht.length
+        self.size = m
+        dist = attr.cht.distance_by_lcp
+        self.d0 = float(dist[0])
+        self.delta = np.diff(dist)  # dist[p] - dist[p-1], p = 1..L (<= 0)
+        self.dist = dist
+        # lo[p, c] .. hi[p, c]: the run of sorted codes that share their first p symbols with
+        # code c; lo[p] also names the level-p prefix, so lcp(a, b) = #{p >= 1: lo[p,a] == lo[p,b]}
+        adj = np.full(m, -1, dtype=np.int64)
+        if m > 1:
+            adj[1:] = attr.cht.lcp(np.arange(m - 1), np.arange(1, m))
+        lo = np.empty((length + 1, m), dtype=np.int64)
+        hi = np.empty((length + 1, m), dtype=np.int64)
+        for p in range(length + 1):
+            start = adj < p
+            starts = np.flatnonzero(start)
+            run = np.cumsum(start) - 1
+            lo[p] = starts[run]
+            hi[p] = np.append(starts[1:], m)[run]
+        self.lo, self.hi = lo[1:], hi[1:]
+        self._ar = np.arange(64)
+
+    def _row_offsets(self, nu: int, nseg: int) -> np.ndarray:
+        return self._ar[:nu] * (nseg + 1) if nu <= self._ar.shape[0] else np.arange(nu) * (nseg + 1)
+
+    def totals(self, group_sorted: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """Total CHT distance of each ``query`` code to a group (its codes sorted, repeats
+        kept): d0 * |group| + sum_p (dist[p] - dist[p-1]) * #(members sharing p symbols),
+        the counts read off the sorted codes by ``searchsorted``."""
+        n_p = np.searchsorted(group_sorted, self.hi[:, query]) - np.searchsorted(group_sorted, self.lo[:, query])
+        return self.d0 * group_sorted.shape[0] + self.delta @ n_p
+
+    def group(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For a small group's codes: its distinct codes u, their counts, D_G(u) (total
+        distance of u to the group) and IL(G + {v}) for every code v.
+
+        The medoid of G + {v} is v (total D_G(v)) or a member u (total D_G(u) + d(u, v)).
+        Both are constant on the runs of sorted codes cut by the prefixes of G's codes, so
+        they are computed per run: run j lies inside u's level-p prefix exactly when its
+        position is between those of lo[p, u] and hi[p, u], so lcp(u, run j) counts those
+        levels (a difference array and a cumulative sum)."""
+        cs_ = np.sort(codes)
+        first = np.empty(cs_.shape[0], dtype=bool)
+        first[0] = True
+        np.not_equal(cs_[1:], cs_[:-1], out=first[1:])
+        at = np.flatnonzero(first)
+        u = cs_[at]
+        nu = u.shape[0]
+        cu = np.empty(nu)
+        cu[:-1] = at[1:] - at[:-1]
+        cu[-1] = cs_.shape[0] - at[-1]
+        length = self.lo.shape[0]
+        half = length * nu
+        keys = np.empty(2 * half + 2, dtype=np.int64)
+        keys[:half] = self.lo[:, u].ravel()
+        keys[half: 2 * half] = self.hi[:, u].ravel()
+        keys[2 * half:] = (0, self.size)
+        order = keys.argsort(kind="stable")
+        sk = keys[order]
+        new = np.empty(sk.shape[0], dtype=bool)
+        new[0] = True
+        np.not_equal(sk[1:], sk[:-1], out=new[1:])
+        bounds = sk[new]
+        nseg = bounds.shape[0] - 1
+        inv = np.empty(sk.shape[0], dtype=np.int64)
+        inv[order] = np.cumsum(new) - 1
+        inv = inv[: 2 * half].reshape(2, length, nu) + self._row_offsets(nu, nseg)
+        marks = (np.bincount(inv[0].ravel(), minlength=nu * (nseg + 1))
+                 - np.bincount(inv[1].ravel(), minlength=nu * (nseg + 1)))
+        lcp = np.cumsum(marks.reshape(nu, nseg + 1), axis=1)[:, :nseg]
+        d = self.dist[lcp]  # (|u|, runs)
+        as_itself = cu @ d
+        d_g = as_itself[inv[0, length - 1] - self._row_offsets(nu, nseg)]  # u's own run at level L is u itself
+        via_member = (d_g[:, None] + d).min(axis=0)
+        return u, cu, d_g, np.repeat(np.minimum(as_itself, via_member), bounds[1:] - bounds[:-1])
+
+
+class _Model:
+    """The quasi-identifiers of all records, prepared once: nominal attributes as one block
+    of offset codes (so one ``bincount`` counts them all), the others one helper each."""
+
+    def __init__(self, enc: Encoded) -> None:
+        self.n = enc.n
+        self.cont: list[tuple[int, _Cont]] = []
+        self.ord: list[tuple[int, _Ord]] = []
+        self.sem: list[tuple[int, _Sem]] = []
+        nom: list[tuple[int, Nominal]] = []
+        self.sizes: list[int] = []
+        self.codes: list[np.ndarray] = []
+        for i, a in enumerate(enc.attributes):
+            if isinstance(a, Continuous):
+                h: Any = _Cont(a)
+                self.cont.append((i, h))
+            elif isinstance(a, Ordinal):
+                h = _Ord(a)
+                self.ord.append((i, h))
+            elif isinstance(a, Nominal):
+                h = None
+                nom.append((i, a))
+            else:
+                h = _Sem(a)
+                self.sem.append((i, h))
+            self.sizes.append(h.size if h is not None else a.m)
+            self.codes.append(h.code if h is not None else a.codes.astype(np.int64))
+        self.nom = [i for i, _ in nom]
+        widths = [a.m for _, a in nom]
+        self.nom_off = np.concatenate(([0], np.cumsum(widths))).astype(np.int64)
+        self.W = int(self.nom_off[-1])
+        self.nom_of = np.repeat(np.arange(len(nom)), widths)
+        self.nom_codes = (np.stack([self.codes[i] for i in self.nom], axis=1) + self.nom_off[:-1][None, :]
+                          if nom else np.zeros((self.n, 0), dtype=np.int64))
+        self.groups = _joint_groups(self.sizes)
+        self.joint = []
+        for grp in self.groups:
+            code = np.zeros(self.n, dtype=np.int64)
+            for i in grp:
+                code = code * self.sizes[i] + self.codes[i]
+            self.joint.append(code)
+
+
+def _joint_groups(sizes: list[int], limit: int = JOINT_LIMIT) -> list[list[int]]:
+    """Attributes scored together: ascending cardinality, product of cardinalities <= ``limit``."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    prod = 1
+    for i in sorted(range(len(sizes)), key=lambda i: (sizes[i], i)):
+        if current and prod * sizes[i] > limit:
+            groups.append(current)
+            current, prod = [], 1
+        current.append(i)
+        prod *= sizes[i]
+    if current:
+        groups.append(current)
+    return groups
+
+
+class _Group:
+    """The class G under construction (at most k - 1 records while it is scored)."""
+
+    def __init__(self, M: _Model, g: np.ndarray) -> None:
+        m = g.shape[0]
+        self.g, self.m = g, m
+        il = opt = 0.0
+        tabs: list[Any] = [None] * len(M.sizes)
+        # nominal block: counts, sum of squared counts, IL = sum_a m/2 (1 - sum_c f_c^2)
+        self.nom_cnt = np.bincount(M.nom_codes[g].ravel(), minlength=M.W).astype(np.float64)
+        self.nom_q2 = float(self.nom_cnt @ self.nom_cnt)
+        il_nom = self.nom_il = 0.5 * m * len(M.nom) - 0.5 * self.nom_q2 / m
+        il += il_nom
+        opt += il_nom
+        if M.nom:
+            q2a = np.add.reduceat(self.nom_cnt * self.nom_cnt, M.nom_off[:-1])
+            t = 0.5 * (m + 1) - 0.5 * (q2a[M.nom_of] + 2.0 * self.nom_cnt + 1.0) / (m + 1)
+            for a, i in enumerate(M.nom):
+                tabs[i] = t[M.nom_off[a]: M.nom_off[a + 1]]
+        self.cont = []
+        for i, h in M.cont:
+            gs = np.sort(h.x[g])
+            cs = np.empty(m + 1)
+            cs[0] = 0.0
+            np.cumsum(gs, out=cs[1:])
+            vals = gs.tolist()
+            mean, med = cs[-1] / m, vals[(m - 1) // 2]
+            il += sum(abs(v - mean) for v in vals)
+            opt += sum(abs(v - med) for v in vals)
+            self.cont.append((gs, cs))
+            mu = (cs[-1] + h.values) / (m + 1)
+            t = _abs_dev(gs, cs, mu)
+            t += np.abs(h.values - mu)
+            tabs[i] = t
+        self.ord = []
+        self.ord_opt = 0.0
+        for i, h in M.ord:
+            cnt = np.bincount(h.code[g], minlength=h.size).astype(np.float64)
+            v = float(h.il_counts(cnt[:, None])[0])
+            il += v
+            opt += v
+            self.ord_opt += v
+            self.ord.append(cnt)
+            tabs[i] = h.table(cnt, m)
+        self.sem = []
+        self.sem_opt = 0.0
+        for i, h in M.sem:
+            u, cu, d_g, tab = h.group(h.code[g])
+            v = float(d_g.min())
+            il += v
+            opt += v
+            self.sem_opt += v
+            self.sem.append((u, cu, d_g))
+            tabs[i] = tab
+        self.il, self.opt = il, opt
+        self.tabs = tabs
+
+
+# -- the formed classes --------------------------------------------------------------------
+
+
+class _Classes:
+    """The formed classes Q in order of formation (slots 0..count-1; a merged class is
+    removed and later slots shift down), with the statistics the bounds and step 3 use."""
+
+    def __init__(self, M: _Model, n_s: int, capacity: int) -> None:
+        self.M = M
+        self.n_s = n_s
+        self.members: list[np.ndarray] = []
+        self.memtot: list[list[np.ndarray]] = [[] for _ in M.sem]  # per member: total distance to its class
+        self.count = 0
+        self.cap = 0
+        self._fields: list[str] = []
+        self._alloc(capacity)
+
+    def _alloc(self, cap: int) -> None:
+        M = self.M
+        spec = {"size": ((), np.int64), "h": ((), np.float64),
+                "q2": ((), np.float64), "optnn": ((), np.float64), "oopt": ((), np.float64), "sopt": ((), np.float64),
+                "scount": ((self.n_s,), np.int64), "nomcnt": ((M.W,), np.float64),
+                "csum": ((len(M.cont),), np.float64), "cmean": ((len(M.cont),), np.float64),
+                "cil": ((len(M.cont),), np.float64), "cslope": ((len(M.cont),), np.float64),
+                "copt": ((len(M.cont),), np.float64)}
+        for a, (_, h) in enumerate(M.ord):
+            spec[f"ordcnt{a}"] = ((h.size,), np.float64)
+        for a, (_, h) in enumerate(M.sem):
+            levels = h.lo.shape[0] + 1
+            spec[f"smed{a}"] = ((), np.int64)  # the medoid's code
+            spec[f"sil{a}"] = ((), np.float64)  # IL of the class on this attribute
+            spec[f"sgt{a}"] = ((levels,), np.float64)  # #members sharing more than q symbols with it
+            spec[f"slt{a}"] = ((levels,), np.float64)  # sum of dist[lcp] over members sharing fewer
+            spec[f"smin{a}"] = ((levels,), np.float64)  # least member total among those sharing exactly q
+        for name, (lead, dtype) in spec.items():
+            new = np.zeros(lead + (cap,), dtype=dtype)
+            old = getattr(self, name, None)
+            if old is not None:
+                new[..., : self.count] = old[..., : self.count]
+            setattr(self, name, new)
+        self._fields = list(spec)
+        self.cap = cap
+
+    def set(self, j: int, members: np.ndarray, s_codes: np.ndarray, xlogx: np.ndarray) -> None:
+        M = self.M
+        n = members.shape[0]
+        cnt = np.bincount(s_codes[members], minlength=self.n_s)
+        self.size[j] = n
+        self.scount[:, j] = cnt
+        self.h[j] = float(xlogx[cnt].sum())
+        nom = np.bincount(M.nom_codes[members].ravel(), minlength=M.W).astype(np.float64)
+        self.nomcnt[:, j] = nom
+        self.q2[j] = float(nom @ nom)
+        opt = 0.0
+        for a, (_, h) in enumerate(M.cont):
+            s, mean, il, slope, o = h.stats(members)
+            self.csum[a, j], self.cmean[a, j], self.cil[a, j], self.cslope[a, j], self.copt[a, j] = s, mean, il, slope, o
+            opt += o
+        oo = 0.0
+        for a, (_, h) in enumerate(M.ord):
+            c = np.bincount(h.code[members], minlength=h.size).astype(np.float64)
+            getattr(self, f"ordcnt{a}")[:, j] = c
+            oo += float(h.il_counts(c[:, None])[0])
+        ss = 0.0
+        for a, (_, h) in enumerate(M.sem):
+            codes = h.code[members]
+            tot = h.totals(np.sort(codes), codes)
+            self.memtot[a][j] = tot
+            best = tot.min()
+            med = int(codes[tot == best].min())
+            ss += float(best)
+            q = (h.lo[:, codes] == h.lo[:, med][:, None]).sum(axis=0)
+            levels = h.lo.shape[0] + 1
+            qc = np.bincount(q, minlength=levels).astype(np.float64)
+            getattr(self, f"smed{a}")[j] = med
+            getattr(self, f"sil{a}")[j] = best
+            getattr(self, f"sgt{a}")[:, j] = qc[::-1].cumsum()[::-1] - qc
+            getattr(self, f"slt{a}")[:, j] = np.concatenate(([0.0], np.cumsum(qc * h.dist)[:-1]))
+            qmin = np.full(levels, np.inf)
+            np.minimum.at(qmin, q, tot)
+            getattr(self, f"smin{a}")[:, j] = qmin
+        self.oopt[j], self.sopt[j] = oo, ss
+        self.optnn[j] = opt + oo + ss  # OPT of the non-nominal attributes
+        self.members[j] = members
+
+    def add(self, members: np.ndarray, s_codes: np.ndarray, xlogx: np.ndarray) -> int:
+        if self.count == self.cap:
+            self._alloc(2 * self.cap)
+        j = self.count
+        self.count += 1
+        self.members.append(members)
+        for lst in self.memtot:
+            lst.append(members)
+        self.set(j, members, s_codes, xlogx)
+        return j
+
+    def remove(self, j: int) -> np.ndarray:
+        """Take class ``j`` out of Q (it is merged into G); return its members."""
+        members = self.members.pop(j)
+        for lst in self.memtot:
+            lst.pop(j)
+        for name in self._fields:
+            a = getattr(self, name)
+            a[..., j: self.count - 1] = a[..., j + 1: self.count]
+        self.count -= 1
+        return members
+
+
+# -- the algorithm -----------------------------------------------------------------------
+
+
+def maasae_partition(enc: Encoded, s_codes: np.ndarray, k: int, p: int, objective: str,
+                     rng: np.random.Generator, progress: Callable[[int], None] | None = None,
+                     stats: dict[str, int] | None = None, trace: list | None = None) -> np.ndarray:
+    """Class label (0..g-1, in order of formation) of every record (SPEC section 4, Algorithm 1).
+
+    ``s_codes`` are the sensitive values as integer codes 0..|S|-1. The caller has checked
+    that ``len(s_codes) >= k``, that S has at least ``p`` distinct values and ``p <= k``.
+    ``stats`` (optional) receives counters: greedy steps, merges, classes whose merge was
+    evaluated exactly, leftover records.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}")
+    M = _Model(enc)
+    n = M.n
+    s_codes = np.asarray(s_codes, dtype=np.int64)
+    n_s = int(s_codes.max()) + 1 if n else 0
+    xlogx = np.zeros(n + 2)
+    xs = np.arange(1, n + 2, dtype=np.float64)
+    xlogx[1:] = xs * np.log2(xs)
+    log2 = np.zeros(n + 2)
+    log2[1:] = np.log2(xs)
+    st = stats if stats is not None else {}
+    for key in ("steps", "merges", "merge_checks", "merge_evaluations", "leftover"):
+        st.setdefault(key, 0)
+    Q = _Classes(M, n_s, max(16, n // k + 1))
+    s_small = s_codes.astype(np.int16 if n_s < (1 << 15) else np.int64)
+    in_t = np.ones(n, dtype=bool)
+    t_count = np.bincount(s_codes, minlength=n_s)
+    done = 0
+
+    while in_t.sum() >= k and np.count_nonzero(t_count) >= p:
+        # T grouped by sensitive value, each group in record order; compacted once per class
+        rows_t = np.flatnonzero(in_t)
+        first = int(rng.integers(rows_t.shape[0]))
+        order = np.argsort(s_small[rows_t], kind="stable")  # radix sort on small integers
+        t_idx = rows_t[order]
+        t_s = s_codes[t_idx]
+        T = _Candidates(t_idx, t_s, n_s, [c[t_idx] for c in M.joint])
+        r0 = int(rows_t[first])
+        T.remove(int(np.flatnonzero(order == first)[0]))
+        members = [r0]
+        in_t[r0] = False
+        t_count[s_codes[r0]] -= 1
+        X = _Cross(Q)
+        X.add(Q, r0, int(s_codes[r0]), 0, xlogx)
+        while len(members) < k:
+            st["steps"] += 1
+            G = _Group(M, np.asarray(members, dtype=np.int64))
+            m = G.m
+            g_cnt = np.bincount(s_codes[G.g], minlength=n_s)
+            h_g = float(xlogx[g_cnt].sum())
+            ent_g = float(log2[m] - h_g / m)
+            # every candidate record: ILA by gathering the joint tables, EA per sensitive value
+            ila = _candidate_ila(M, G, T.joint)
+            ea_s = log2[m + 1] - (h_g - xlogx[g_cnt] + xlogx[g_cnt + 1]) / (m + 1) - ent_g
+            if m < p:  # step 2b: only sensitive values not yet in G
+                ea_s[g_cnt > 0] = -np.inf
+            best, best_score = T.best(objective, ila, ea_s)
+            merge = None
+            if Q.count:
+                merge = _merge_candidate(Q, objective, G, X, ent_g, best_score, log2, st)
+            if trace is not None:
+                trace.append(("merge", merge) if merge is not None else ("add", int(t_idx[best]), best_score))
+            if merge is not None:  # merge G' into G (ties go to the merge, as in the paper)
+                members.extend(Q.remove(merge).tolist())
+                st["merges"] += 1
+            else:
+                if best < 0:
+                    raise AssertionError("no candidate record and no class to merge")
+                r = int(t_idx[best])
+                members.append(r)
+                in_t[r] = False
+                t_count[s_codes[r]] -= 1
+                T.remove(best)
+                X.add(Q, r, int(s_codes[r]), int(g_cnt[s_codes[r]]), xlogx)
+        Q.add(np.sort(np.asarray(members, dtype=np.int64)), s_codes, xlogx)
+        if progress is not None:
+            assigned = n - int(in_t.sum())
+            progress(assigned - done)
+            done = assigned
+
+    rest = np.flatnonzero(in_t)
+    st["leftover"] = int(rest.shape[0])
+    if rest.shape[0]:
+        _join_leftovers(Q, rng.permutation(rest), objective, s_codes, xlogx, progress)
+    labels = np.full(n, -1, dtype=np.int64)
+    for j in range(Q.count):
+        labels[Q.members[j]] = j
+    assert (labels >= 0).all()
+    return labels
+
+
+def _ub(objective: str, ea: np.ndarray, lb: np.ndarray) -> np.ndarray:
+    """Upper bound of the score for an exact EA (or an upper bound of it) and ILA >= lb."""
+    if objective == "min-il":
+        return -lb
+    lim = np.maximum(lb, EPS)
+    with np.errstate(invalid="ignore"):
+        return np.where(ea > 0, ea / lim, 0.0 if objective == "apf" else ea * lim)
+
+
+def _candidate_ila(M: _Model, G: _Group, joint: list[np.ndarray]) -> np.ndarray:
+    """ILA(G, G + {t}) = IL(G + {t}) - IL(G) for the records with joint codes ``joint``: the
+    per-attribute tables summed into joint tables, then one gather per joint table."""
+    ila = None
+    for grp, codes in zip(M.groups, joint):
+        t = G.tabs[grp[0]]
+        for i in grp[1:]:
+            t = np.add.outer(t, G.tabs[i]).ravel()
+        if ila is None:
+            ila = (t - G.il)[codes]
+        else:
+            ila += t[codes]
+    assert ila is not None
+    return ila
+
+
+def record_scores(enc: Encoded, s_codes: np.ndarray, members: np.ndarray,
+                  objective: str = "apf") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ILA(G, G + {t}), EA(G, G + {t}) and the objective's score for every record t of
+    ``enc``, where G is the group of records ``members``, computed exactly as a greedy step
+    computes them (for records of G itself the numbers are those of a copy of it)."""
+    M = _Model(enc)
+    s_codes = np.asarray(s_codes, dtype=np.int64)
+    G = _Group(M, np.asarray(members, dtype=np.int64))
+    ila = _candidate_ila(M, G, M.joint)
+    cnt = np.bincount(s_codes[G.g], minlength=int(s_codes.max()) + 1).astype(np.float64)
+    ent_g = entropy(cnt)
+    plus = cnt[None, :] + np.eye(cnt.shape[0])
+    ea_s = np.array([entropy(row) for row in plus]) - ent_g
+    ea = ea_s[s_codes]
+    return ila, ea, _score(objective, ea, ila)
+
+
+class _Candidates:
+    """The records of T while one class is built: grouped by sensitive value (each group in
+    record order), with the joint codes of each record; removed records are marked dead."""
+
+    def __init__(self, rows: np.ndarray, s: np.ndarray, n_s: int, joint: list[np.ndarray]) -> None:
+        self.rows = rows
+        self.joint = joint
+        self.starts = np.searchsorted(s, np.arange(n_s + 1))
+        self.left = np.diff(self.starts)  # live records per sensitive value
+        self.alive = np.ones(rows.shape[0], dtype=bool)
+        self.dead: list[int] = []
+        self.s = s
+        self.nonempty = np.flatnonzero(self.left > 0)
+        self.nonempty_starts = self.starts[self.nonempty]
+
+    def remove(self, pos: int) -> None:
+        self.alive[pos] = False
+        self.dead.append(pos)
+        self.left[self.s[pos]] -= 1
+
+    def best(self, objective: str, ila: np.ndarray, ea_s: np.ndarray) -> tuple[int, float]:
+        """Position and score of the best live candidate: the largest score, ties (within
+        TIE_RTOL) to the earliest record; when the best score is exactly 0 (no entropy
+        change), the least ILA among those scoring 0, then the earliest record.
+
+        Every score is monotone in ILA within a sensitive value (EA is fixed there): so each
+        value's best is its least ILA (or, for ``apf`` with EA < 0, its largest), one
+        ``reduceat`` over T, and only the winning values' records are scored one by one."""
+        if self.dead:
+            ila[self.dead] = np.inf
+        allowed = (self.left > 0) & (ea_s > -np.inf)
+        vals = np.flatnonzero(allowed)
+        if vals.size == 0:
+            return -1, -np.inf
+        nonempty = self.nonempty
+        lo = np.full(ea_s.shape[0], np.inf)
+        lo[nonempty] = np.minimum.reduceat(ila, self.nonempty_starts)
+        ea = ea_s[vals]
+        top_s = _score(objective, ea, lo[vals])
+        if objective == "apf" and (ea < 0).any() and not (ea >= 0).any():
+            live = np.where(self.alive, ila, -np.inf)
+            hi = np.full(ea_s.shape[0], -np.inf)
+            hi[nonempty] = np.maximum.reduceat(live, self.nonempty_starts)
+            top_s = np.where(ea < 0, _score(objective, ea, hi[vals]), top_s)
+        top = float(top_s.max())
+        if top == 0.0 and objective != "min-il":  # no entropy change: least ILA, then earliest
+            zero = vals[ea == 0.0]
+            least = float(lo[zero].min())
+            limit = -_floor(-least)
+            picks = []
+            for v in zero:
+                a, b = self.starts[v], self.starts[v + 1]
+                ok = np.flatnonzero((ila[a:b] <= limit) & self.alive[a:b])
+                if ok.size:
+                    picks.append(a + int(ok[0]))
+            pos = min(picks, key=lambda i: self.rows[i])
+            return pos, 0.0
+        floor = _floor(top)
+        picks = []
+        for v in vals[top_s >= floor]:
+            a, b = self.starts[v], self.starts[v + 1]
+            sc = _score(objective, np.full(b - a, ea_s[v]), ila[a:b])
+            ok = np.flatnonzero((sc >= floor) & self.alive[a:b])
+            if ok.size:
+                picks.append((a + int(ok[0]), float(sc[ok[0]])))
+        pos, score = min(picks, key=lambda x: self.rows[x[0]])
+        return pos, score
+
+
+class _Cross:
+    """What G shares with every formed class, updated as G grows one record at a time (Q
+    does not change while G is built, except by a merge, which completes G): the change of
+    sum_s c_s log2 c_s when G is added to the class (exact EA), and sum over nominal
+    attributes of sum_c n_G(c) n_k(c) (the exact nominal IL of the union)."""
+
+    def __init__(self, Q: "_Classes") -> None:
+        self.dh = np.zeros(Q.count)
+        self.cross = np.zeros(Q.count)
+
+    def add(self, Q: "_Classes", r: int, s: int, before: int, xlogx: np.ndarray) -> None:
+        nq = Q.count
+        if nq == 0:
+            return
+        c = Q.scount[s, :nq]
+        self.dh += xlogx[c + before + 1] - xlogx[c + before]
+        if Q.M.nom:
+            self.cross += Q.nomcnt[Q.M.nom_codes[r], :nq].sum(axis=0)
+
+
+def _merge_candidate(Q: _Classes, objective: str, G: _Group, X: _Cross, ent_g: float, best_score: float,
+                     log2: np.ndarray, st: dict[str, int]) -> int | None:
+    """The formed class G' to merge into G instead of adding the best record (score
+    ``best_score``; the merge wins ties), or None.
+
+    Level 0, every class: exact EA and exact nominal IL of G u G_k (from ``X``), and
+    IL >= OPT(G) + OPT(G_k) for the other attributes (the loss of each type's optimal
+    centroid is superadditive). Level 0b, the classes kept: for each continuous attribute,
+    the exact loss of G's records around the union's mean plus a tangent / L1-median / mean
+    bound for G_k's records. Then, lazily and best bound first (:func:`_lazy_best`): the
+    exact ordinal IL and the ultrametric bound of the semantic IL (:func:`_sem_union_bound`),
+    and the exact IL of the union (:func:`_union_rest`)."""
+    nq = Q.count
+    M = Q.M
+    threshold = _floor(best_score)  # the merge wins ties
+    itot = Q.size[:nq] + G.m
+    ea = log2[itot] - (Q.h[:nq] + X.dh) / itot - ent_g
+    # lb0 = exact nominal IL of the union + OPT of the rest of G_k and of G - IL(G)
+    lb0 = Q.optnn[:nq] + (G.opt - G.nom_il - G.il)
+    if M.nom:
+        lb0 += 0.5 * len(M.nom) * itot - 0.5 * (Q.q2[:nq] + 2.0 * X.cross + G.nom_q2) / itot
+    if objective == "min-il":
+        cand = np.flatnonzero(lb0 <= -threshold)
+    elif threshold > 0:  # only EA > 0 can reach it: EA >= threshold * max(lb, eps)
+        np.maximum(lb0, EPS, out=lb0)
+        lb0 *= threshold
+        cand = np.flatnonzero(ea >= lb0)
+    else:
+        cand = np.flatnonzero(_ub(objective, ea, lb0) >= threshold)
+    if cand.size == 0:
+        return None
+    ea, size = ea[cand], Q.size[cand]
+    tot = (size + G.m).astype(np.float64)
+    il_nom = np.zeros(cand.shape[0])
+    if M.nom:
+        il_nom = 0.5 * len(M.nom) * tot - 0.5 * (Q.q2[cand] + 2.0 * X.cross[cand] + G.nom_q2) / tot
+    lb = il_nom - G.il
+    cont_mu = []
+    for a, (gs, cs) in enumerate(G.cont):
+        mu = (Q.csum[a, cand] + cs[-1]) / tot
+        cont_mu.append(mu)
+        own = np.maximum(np.maximum(Q.cil[a, cand] + Q.cslope[a, cand] * (mu - Q.cmean[a, cand]), Q.copt[a, cand]),
+                         np.abs(Q.csum[a, cand] - size * mu))
+        lb += own + _abs_dev(gs, cs, mu)
+    rest = Q.oopt[cand] + Q.sopt[cand] + (G.ord_opt + G.sem_opt)
+    ub0 = _ub(objective, ea, lb + rest)
+    keep = ub0 >= threshold
+    if not keep.any():
+        return None
+    st["merge_checks"] += 1
+    cand, ub0, ea, il_nom, lb = cand[keep], ub0[keep], ea[keep], il_nom[keep], lb[keep]
+    cont_mu = [mu[keep] for mu in cont_mu]
+
+    def refine(pos: np.ndarray) -> np.ndarray:
+        slots = cand[pos]
+        lb1 = lb[pos].copy()
+        for a, (_, h) in enumerate(M.ord):
+            lb1 += h.il_counts(getattr(Q, f"ordcnt{a}")[:, slots] + G.ord[a][:, None])
+        for a, (_, h) in enumerate(M.sem):
+            lb1 += _sem_union_bound(Q, a, h, slots, G.sem[a])
+        return _ub(objective, ea[pos], lb1)
+
+    def exact(pos: np.ndarray) -> np.ndarray:
+        slots = cand[pos]
+        st["merge_evaluations"] += int(slots.shape[0])
+        il = il_nom[pos] + _union_rest(Q, slots, G, [mu[pos] for mu in cont_mu])
+        return _score(objective, ea[pos], il - G.il)
+
+    best = _lazy_best(ub0, threshold, refine, exact)
+    return None if best is None else int(cand[best])
+
+
+def _sem_union_bound(Q: _Classes, a: int, h: _Sem, cand: np.ndarray, g_sem: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Lower bound of the semantic IL of G u G_k for the classes ``cand``, from G's codes and
+    each class's medoid m_k and per-level member summaries.
+
+    The CHT distance is an ultrametric: with p = lcp(x, m_k) and q = lcp(y, m_k), p != q
+    implies lcp(x, y) = min(p, q). So d(g, c) for g in G and c in G_k is known exactly unless
+    p == q (then >= 0), which bounds both ways the medoid of the union can fall: in G_k
+    (member total + total to G) or in G (total to G + total to G_k)."""
+    u, cu, d_g = g_sem
+    nc = cand.shape[0]
+    med = getattr(Q, f"smed{a}")[cand]
+    p = (h.lo[:, u][:, :, None] == h.lo[:, med][:, None, :]).sum(axis=0)  # (|u|, classes): lcp(u, m_k)
+    levels = h.lo.shape[0] + 1
+    col = np.arange(nc)
+    # G's members by their lcp with m_k; a member c of G_k with lcp(c, m_k) = q is at
+    # distance dist[p] from a g with p < q, dist[q] from one with p > q, >= 0 if p == q
+    hist = np.bincount((p * nc + col[None, :]).ravel(), weights=np.repeat(cu, nc), minlength=levels * nc)
+    hist = hist.reshape(levels, nc)
+    below = np.cumsum(hist * h.dist[:, None], axis=0) - hist * h.dist[:, None]
+    above = hist.sum(axis=0)[None, :] - np.cumsum(hist, axis=0)
+    to_g = below + h.dist[:, None] * above  # (levels, classes)
+    il_g = float(d_g.min())  # no code has a smaller total to G (nor to G_k than its medoid)
+    via_class = (getattr(Q, f"smin{a}")[:, cand] + np.maximum(to_g, il_g)).min(axis=0)
+    gt = getattr(Q, f"sgt{a}")[:, cand][p, col[None, :]]
+    lt = getattr(Q, f"slt{a}")[:, cand][p, col[None, :]]
+    via_g = (d_g[:, None] + np.maximum(h.dist[p] * gt + lt, getattr(Q, f"sil{a}")[cand][None, :])).min(axis=0)
+    return np.maximum(np.minimum(via_class, via_g), getattr(Q, f"sil{a}")[cand] + il_g)
+
+
+def _union_rest(Q: _Classes, slots: np.ndarray, G: _Group, cont_mu: list[np.ndarray]) -> np.ndarray:
+    """Exact IL(G u G_k) over the continuous, ordinal and semantic attributes, for the
+    classes ``slots`` (continuous means given)."""
+    M = Q.M
+    parts = [Q.members[j] for j in slots]
+    sizes = np.array([x.shape[0] for x in parts], dtype=np.int64)
+    idx = np.concatenate(parts)
+    lab = np.repeat(np.arange(slots.shape[0]), sizes)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    il = np.zeros(slots.shape[0])
+    for a, (_, h) in enumerate(M.cont):
+        gs, cs = G.cont[a]
+        mu = cont_mu[a]
+        il += np.add.reduceat(np.abs(h.x[idx] - mu[lab]), starts) + _abs_dev(gs, cs, mu)
+    for a, (_, h) in enumerate(M.ord):
+        il += h.il_counts(getattr(Q, f"ordcnt{a}")[:, slots] + G.ord[a][:, None])
+    for a, (_, h) in enumerate(M.sem):
+        u, _, d_g = G.sem[a]
+        cs_g = np.sort(h.code[G.g])
+        codes = h.code[idx]
+        # medoid in G_k: its total to G_k (kept per member) + its total to G
+        own = np.concatenate([Q.memtot[a][j] for j in slots])
+        via_class = np.minimum.reduceat(own + h.totals(cs_g, codes), starts)
+        # medoid in G: D_G(u) + its total to G_k, counted per class on (class, code) keys
+        keys = np.sort(lab * h.size + codes)
+        base = (np.arange(slots.shape[0]) * h.size)[None, :, None]
+        n_p = (np.searchsorted(keys, base + h.hi[:, u][:, None, :])
+               - np.searchsorted(keys, base + h.lo[:, u][:, None, :]))  # (L, classes, |u|)
+        to_class = h.d0 * sizes[:, None] + np.einsum("p,pku->ku", h.delta, n_p)
+        via_g = (d_g[None, :] + to_class).min(axis=1)
+        il += np.minimum(via_class, via_g)
+    return il
+
+
+def _lazy_best(ub0: np.ndarray, threshold: float, refine: Callable[[np.ndarray], np.ndarray],
+               evaluate: Callable[[np.ndarray], np.ndarray]) -> int | None:
+    """Position of the best exact score >= ``threshold`` (ties within TIE_RTOL: the lowest
+    position), given an upper bound ``ub0`` of every score, a tighter one computed by
+    ``refine(positions)`` and the exact one by ``evaluate(positions)``.
+
+    Best first: refine the unrefined candidates of largest ``ub0`` while that bound beats
+    every refined bound, else evaluate the refined candidates of largest refined bound;
+    stop when no bound left can reach the best exact score (or the threshold)."""
+    n = ub0.shape[0]
+    order = np.lexsort((np.arange(n), -ub0))
+    ub1 = np.full(n, -np.inf)  # refined bound of refined, not yet evaluated candidates
+    seen: list[np.ndarray] = []
+    scores: list[np.ndarray] = []
+    top = -np.inf
+    at, ref_batch, ex_batch = 0, 32, 4
+    while True:
+        floor = max(threshold, _floor(top))
+        next0 = ub0[order[at]] if at < n else -np.inf
+        top1 = ub1.max() if n else -np.inf
+        if max(next0, top1) < floor:
+            break
+        if next0 > top1:
+            pos = order[at: at + ref_batch]
+            at += pos.shape[0]
+            ub1[pos] = refine(pos)
+            ref_batch *= 2
+            continue
+        live = np.flatnonzero(ub1 >= floor)
+        pos = live[np.lexsort((live, -ub1[live]))][:ex_batch]
+        sc = evaluate(pos)
+        ub1[pos] = -np.inf
+        seen.append(pos)
+        scores.append(sc)
+        top = max(top, float(sc.max()))
+        ex_batch *= 2
+    if not seen or top < threshold:
+        return None
+    pos, sc = np.concatenate(seen), np.concatenate(scores)
+    return int(pos[sc >= _floor(top)].min())
+
+
+def _join_leftovers(Q: _Classes, order: np.ndarray, objective: str, s_codes: np.ndarray, xlogx: np.ndarray,
+                    progress: Callable[[int], None] | None) -> None:
+    """Step 3: each leftover record (in ``order``) joins the class with the largest
+    APF({t}, {t} u G_k) = Ent(G_k + t) / IL(G_k + t) (or the smallest IL for min-il),
+    computed exactly for every class at once over flat arrays of the classes' members."""
+    M = Q.M
+    nq = Q.count
+    sizes = Q.size[:nq].copy()
+    flat = np.concatenate(Q.members[:nq])  # members of class 0, then class 1, ...
+    cls = np.repeat(np.arange(nq), sizes)
+    f_x = [h.x[flat] for _, h in M.cont]
+    f_code = [h.code[flat] for _, h in M.sem]
+    f_tot = [np.concatenate(lst[:nq]) for lst in Q.memtot]
+    for r in order:
+        r = int(r)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        n1 = (sizes + 1).astype(np.float64)
+        c_s = Q.scount[int(s_codes[r]), :nq]
+        ent = np.log2(n1) - (Q.h[:nq] - xlogx[c_s] + xlogx[c_s + 1]) / n1
+        il = np.zeros(nq)
+        if M.nom:
+            cross = Q.nomcnt[M.nom_codes[r]][:, :nq].sum(axis=0)
+            il += 0.5 * len(M.nom) * n1 - 0.5 * (Q.q2[:nq] + 2.0 * cross + len(M.nom)) / n1
+        for a, (_, h) in enumerate(M.cont):
+            mu = (Q.csum[a, :nq] + h.x[r]) / n1
+            il += np.add.reduceat(np.abs(f_x[a] - mu[cls]), starts) + np.abs(h.x[r] - mu)
+        for a, (_, h) in enumerate(M.ord):
+            cnt = getattr(Q, f"ordcnt{a}")[:, :nq].copy()
+            cnt[h.code[r]] += 1.0
+            il += h.il_counts(cnt)
+        for a, (_, h) in enumerate(M.sem):
+            dc = h.cht.distance_to(int(h.code[r]))[f_code[a]]
+            via_member = np.minimum.reduceat(f_tot[a] + dc, starts)  # a member of G_k is the medoid
+            as_itself = np.add.reduceat(dc, starts)  # t is the medoid
+            il += np.minimum(via_member, as_itself)
+        score = -il if objective == "min-il" else ent / np.maximum(il, EPS)
+        j = _first_best(score)
+        at = int(starts[j] + sizes[j])
+        flat = np.insert(flat, at, r)
+        cls = np.insert(cls, at, j)
+        sizes[j] += 1
+        f_x = [np.insert(x, at, h.x[r]) for x, (_, h) in zip(f_x, M.cont)]
+        f_code = [np.insert(c, at, h.code[r]) for c, (_, h) in zip(f_code, M.sem)]
+        lo = int(starts[j])
+        Q.set(j, np.sort(flat[lo: at + 1]), s_codes, xlogx)
+        for a, (_, h) in enumerate(M.sem):
+            codes = f_code[a][lo: at + 1]
+            f_tot[a] = np.concatenate([f_tot[a][:lo], h.totals(np.sort(codes), codes), f_tot[a][at:]])
+        if progress is not None:
+            progress(1)
+
+
+# -- the plugin ------------------------------------------------------------------------------
+
+
+def sensitive_attribute(table: TypedTable, plugin: str, given: str | None = None) -> str:
+    """The one sensitive attribute (or ``given``), with a clear error otherwise."""
+    if given is not None:
+        if given not in table.columns:
+            raise InputError(f"{plugin}: sensitive column {given!r} is not in the table")
+        return given
+    sens = table.typing.sensitive
+    if not sens:
+        raise InputError(f"{plugin} needs a sensitive attribute; name one under 'sensitive' in the typing step")
+    if len(sens) > 1:
+        raise InputError(f"{plugin} needs exactly one sensitive attribute, but the typing names {len(sens)}: "
+                         f"{', '.join(sens)}; keep one under 'sensitive'")
+    return sens[0]
+
+
+def _sensitive_codes(table: TypedTable, column: str, plugin: str) -> tuple[np.ndarray, int]:
+    col = table.data.column(column)
+    if col.null_count:
+        raise InputError(f"{plugin}: sensitive column {column!r} has {col.null_count} missing value(s); the "
+                         "typing step's 'missing' policy must drop them or make them a category")
+    enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+    dictionary = enc.dictionary
+    order = pc.array_sort_indices(dictionary).to_numpy().astype(np.int64)
+    rank = np.empty(order.shape[0], dtype=np.int64)
+    rank[order] = np.arange(order.shape[0])
+    return rank[enc.indices.to_numpy(zero_copy_only=False)], int(len(dictionary))
+
+
+class Maasae(Algorithm):
+    name = "maasae"
+    version = __version__
+    description = ("MAASAE: p-sensitive k-anonymity by microaggregation maximizing entropy gain / information-loss "
+                   "gain on mixed-type QIs (seed 000).")
+    params = (
+        Param("k", "int", min=2, help="minimum class size"),
+        Param("p", "int", min=2, help="minimum number of distinct sensitive values per class (1 < p <= k)"),
+        Param("objective", "str", default="apf", choices=OBJECTIVES,
+              help="apf: max EA/ILA (the paper); apf-safe: entropy gains first, never reward a larger loss; "
+                   "min-il: min ILA (MAA-MINIL baseline)"),
+    )
+
+    def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        return {"k-anonymity": {"k": params["k"]},
+                "p-sensitive-k-anonymity": {"k": params["k"], "p": params["p"]}}
+
+    def check(self, params: Mapping[str, Any], table: TypedTable, **_: Any) -> None:
+        k, p = params["k"], params["p"]
+        if p > k:
+            raise InputError(f"parameter 'p' = {p} is larger than 'k' = {k}; p-sensitive k-anonymity needs "
+                             "1 < p <= k")
+        quasi = table.typing.quasi
+        if not quasi:
+            raise InputError("maasae needs at least one quasi-identifier; name them under 'quasi' in the typing step")
+        s = sensitive_attribute(table, self.name)
+        if s in quasi:  # a Typing cannot hold this; kept for tables built by hand
+            raise InputError(f"column {s!r} cannot be both a quasi-identifier and the sensitive attribute")
+        for name in quasi:
+            attr = table.typing.get(name)
+            if attr.type not in ("continuous", "ordinal", "nominal", "semantic"):
+                raise InputError(f"quasi-identifier {name!r} has no type; declare it continuous, ordinal, nominal "
+                                 "or semantic in the typing step")
+        if k > table.num_rows:
+            raise InputError(f"parameter 'k' = {k} is larger than the table ({table.num_rows} records)")
+        col = table.data.column(s)
+        if col.null_count:
+            raise InputError(f"sensitive column {s!r} has {col.null_count} missing value(s); the typing step's "
+                             "'missing' policy must drop them or make them a category")
+        distinct = len(pc.unique(col))
+        if distinct < p:
+            raise InputError(f"parameter 'p' = {p} needs at least {p} distinct values of the sensitive attribute "
+                             f"{s!r}, which has {distinct}")
+        if distinct * (table.num_rows // k + 1) > MAX_COUNTS:
+            raise InputError(f"maasae keeps a count per class and sensitive value: {distinct} distinct values of "
+                             f"{s!r} in up to {table.num_rows // k + 1} classes is too many; is {s!r} really a "
+                             "categorical sensitive attribute?")
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
+        self.check(params, table=table)
+        s = sensitive_attribute(table, self.name)
+        s_codes, _ = _sensitive_codes(table, s, self.name)
+        enc = encode(table)
+        advance = ctx.progress(table.num_rows, "maasae")
+        stats: dict[str, int] = {}
+        labels = maasae_partition(enc, s_codes, params["k"], params["p"], params["objective"], ctx.rng,
+                                  progress=advance, stats=stats)
+        g = int(labels.max()) + 1
+        ctx.note(f"{g} classes; {stats['merges']} merge(s) of formed classes; {stats['leftover']} leftover "
+                 f"record(s) joined existing classes")
+        return publish_centroids(table, enc, labels, g)
+
+
+def publish_centroids(table: TypedTable, enc: Encoded, labels: np.ndarray, g: int) -> TypedTable:
+    """Replace each quasi-identifier by its class centroid's published value (SPEC section 1:
+    mean in original units, median category, mode, medoid code) and add ``_class``."""
+    cents = centroids(enc, labels, g)
+    published = cents.published()
+    take = pa.array(labels)
+    data = table.data
+    for name, values in published.items():
+        col = values.take(take)
+        original = data.schema.field(name).type
+        if col.type != original and not pa.types.is_floating(col.type):
+            try:
+                col = col.cast(original)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass
+        data = data.set_column(data.column_names.index(name), name, col)
+    return table.replace(data=data.append_column(CLASS, pa.array(labels, type=pa.int64())))
+
+
+PLUGINS = [Maasae()]

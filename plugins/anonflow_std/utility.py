@@ -1,0 +1,477 @@
+"""Utility models of full-domain generalization (SPEC sections 5-6, seeds 001 and 004) and
+classification accuracy.
+
+The loss metrics read a published table whose quasi-identifiers are hierarchy labels (the
+output of the ``lattice`` algorithm, or of any algorithm that publishes hierarchy levels)
+next to the original table, and use the hierarchies attached to the tables to know, for
+each record, which hierarchy node it was published as: the lowest level whose label on the
+record's own path equals the published text.
+
+Per quasi-identifier X_i, a published node covers a set of *leaves* (the hierarchy's
+level-0 values under it; the hierarchy defines the domain):
+
+* ``loss``, ``entropy-loss``, ``mi-loss`` (seed 004, Iyengar's loss metric): the normalized
+  width of the published value -- continuous X_i: (largest - smallest covered leaf) /
+  (largest - smallest leaf of the hierarchy); any other type: (covered leaves - 1) / (all
+  leaves - 1). Loss(X_i) is its mean over records, and the dataset loss is
+  ``sum_i w_i Loss(X_i)`` with w_i = 1/q (``loss``), H(X_i) / sum_j H(X_j)
+  (``entropy-loss``) or MI(Y; X_i) / sum_j MI(Y; X_j) (``mi-loss``, Y = the label), plug-in
+  estimates on the original values.
+* ``generalization-rl`` (seed 001, the L-incognito baseline): the relative loss RL of SPEC
+  section 5 -- ordered attributes (continuous, ordinal) publish the interval
+  [smallest, largest covered leaf], L = (b* - a* + res) / res when it is wider than the value
+  (res = 1 for integers, else the smallest gap between leaves; ordinal leaves are their
+  ranks); unordered ones publish the set of covered leaves, L = |set|; RL = sum of L over
+  records and QIs / the same sum with every QI generalized to its whole domain.
+
+Each metric is a weighted mean of per-(level, label) widths in [0, 1], which is what the
+lattice search needs to score nodes from integer codes alone: :meth:`HierarchyLoss.model`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from anonflow.api import CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable
+from anonflow.hierarchy import value_keys
+
+from . import __version__
+from .metrics import aligned
+
+# -- hierarchies as integer codes ------------------------------------------------------
+
+
+class Levels:
+    """A hierarchy's labels as integer codes, level by level.
+
+    Labels are compared as text: two nodes of one level with the same label are one
+    published value. ``codes[l][j]`` is the label code at level ``l`` of hierarchy row ``j``
+    (row = a level-0 value), ``labels[l]`` the label texts in code order."""
+
+    def __init__(self, hierarchy: Hierarchy) -> None:
+        self.hierarchy = hierarchy
+        self.column = hierarchy.column
+        self.height = hierarchy.height
+        self.codes: list[np.ndarray] = []
+        self.labels: list[pa.Array] = []
+        for level in range(self.height + 1):
+            enc = pc.dictionary_encode(hierarchy.level(level))
+            self.codes.append(enc.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+            self.labels.append(enc.dictionary)
+        self.cards = [len(lab) for lab in self.labels]
+        self.n_leaves = hierarchy.table.num_rows
+
+    def rows(self, values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """Each value's hierarchy row; an InputError names the first value not listed."""
+        rows = self.hierarchy.codes(values)
+        if rows.size and rows.min() < 0:
+            keys = value_keys(values)
+            first = int(np.flatnonzero(rows < 0)[0])
+            missing = pc.unique(pc.filter(keys, pa.array(rows < 0))).to_pylist()
+            raise InputError(f"hierarchy of {self.column!r} has no row for the value {keys[first].as_py()!r} of the "
+                             f"data ({len(missing)} value(s) missing)")
+        return rows
+
+    def up(self, a: int, b: int) -> np.ndarray:
+        """Label code at level ``b`` of each label code of level ``a`` (a <= b)."""
+        out = np.zeros(self.cards[a], dtype=np.int64)
+        out[self.codes[a]] = self.codes[b]
+        return out
+
+    def leaves(self, level: int) -> np.ndarray:
+        """Number of leaves covered by each label of ``level``."""
+        return np.bincount(self.codes[level], minlength=self.cards[level])
+
+    def positions(self, attr: Attribute | None) -> np.ndarray | None:
+        """Leaf positions of an ordered attribute (continuous: the numbers; ordinal: the
+        ranks in the declared order), or None for an unordered one."""
+        leaves = self.hierarchy.level(0)
+        if attr is not None and attr.type == "continuous":
+            try:
+                return pc.cast(leaves, pa.float64()).to_numpy(zero_copy_only=False)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                bad = next(v for v in leaves.to_pylist() if not _is_number(v))
+                raise InputError(f"column {self.column!r} is continuous, but its hierarchy lists the non-numeric "
+                                 f"value {bad!r} at level 0") from None
+        if attr is not None and attr.type == "ordinal" and attr.order:
+            rank = {v: i for i, v in enumerate(attr.order)}
+            values = leaves.to_pylist()
+            missing = [v for v in values if v not in rank]
+            if missing:
+                raise InputError(f"hierarchy of {self.column!r} lists {missing[0]!r}, which is not in the column's "
+                                 "ordinal order")
+            return np.array([rank[v] for v in values], dtype=np.float64)
+        return None
+
+    def ranges(self, level: int, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Smallest and largest leaf position under each label of ``level``."""
+        lo = np.full(self.cards[level], np.inf)
+        hi = np.full(self.cards[level], -np.inf)
+        np.minimum.at(lo, self.codes[level], pos)
+        np.maximum.at(hi, self.codes[level], pos)
+        return lo, hi
+
+
+def _is_number(v: Any) -> bool:
+    try:
+        float(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def iyengar_widths(lv: Levels, attr: Attribute | None) -> list[np.ndarray]:
+    """Normalized width of each label of each level (seed 004's Loss, SPEC section 6)."""
+    pos = lv.positions(attr) if attr is not None and attr.type == "continuous" else None
+    out = []
+    if pos is not None:
+        span = float(pos.max() - pos.min()) if pos.size else 0.0
+        for level in range(lv.height + 1):
+            lo, hi = lv.ranges(level, pos)
+            out.append((hi - lo) / span if span > 0 else np.zeros(lv.cards[level]))
+    else:
+        m = lv.n_leaves
+        for level in range(lv.height + 1):
+            out.append((lv.leaves(level) - 1) / (m - 1) if m > 1 else np.zeros(lv.cards[level]))
+    return out
+
+
+def resolution(pos: np.ndarray) -> float:
+    """The "+1" unit of SPEC section 5: 1 for integers, else the smallest gap between values."""
+    if pos.size == 0 or np.all(np.mod(pos, 1) == 0):
+        return 1.0
+    gaps = np.diff(np.unique(pos))
+    return float(gaps.min()) if gaps.size else 1.0
+
+
+def rl_widths(lv: Levels, attr: Attribute | None) -> tuple[list[np.ndarray], float]:
+    """SPEC section 5 loss of each label, divided by the loss of the whole domain, and the
+    whole domain's loss per record (the attribute's weight in RL)."""
+    pos = lv.positions(attr) if attr is not None and attr.type in ("continuous", "ordinal") else None
+    out = []
+    if pos is not None:
+        res = resolution(pos)
+        span = float(pos.max() - pos.min()) if pos.size else 0.0
+        full = span + res
+        for level in range(lv.height + 1):
+            lo, hi = lv.ranges(level, pos)
+            out.append(np.where(hi > lo, (hi - lo + res) / full, 0.0))
+        return out, (full / res if span > 0 else 0.0)
+    m = lv.n_leaves
+    for level in range(lv.height + 1):
+        n = lv.leaves(level)
+        out.append(np.where(n > 1, n / m, 0.0))
+    return out, (float(m) if m > 1 else 0.0)
+
+
+# -- entropy and mutual information ------------------------------------------------------
+
+
+def _codes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    keys = value_keys(values)
+    return pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def entropy(codes: np.ndarray) -> float:
+    """Plug-in entropy (bits) of a column given as integer codes."""
+    counts = np.bincount(codes)
+    p = counts[counts > 0] / codes.size
+    return float(-(p * np.log2(p)).sum())
+
+
+def mutual_information(x: np.ndarray, y: np.ndarray) -> float:
+    """Plug-in MI(Y; X) = H(Y) - H(Y|X) = H(X) + H(Y) - H(X, Y) (bits)."""
+    joint = x * (int(y.max()) + 1) + y
+    return max(0.0, entropy(x) + entropy(y) - entropy(np.unique(joint, return_inverse=True)[1]))
+
+
+def label_column(table: TypedTable, given: str | None, plugin: str) -> str:
+    """The label (class) column: ``given`` or the only one typed; constant labels are errors."""
+    labels = table.typing.label
+    if given is not None:
+        if given not in table.columns:
+            raise InputError(f"{plugin}: the label column {given!r} is not in the table")
+        column = given
+    elif len(labels) == 1:
+        column = labels[0]
+    elif not labels:
+        raise InputError(f"{plugin} needs a class label: name it under 'label' in the typing step "
+                         "(e.g. label: [income])")
+    else:
+        raise InputError(f"{plugin} uses one label, but the typing names {len(labels)} ({', '.join(labels)}); "
+                         "choose one with the parameter 'label'")
+    col = table.data.column(column)
+    if col.null_count:
+        raise InputError(f"{plugin}: the label column {column!r} has missing values")
+    if len(pc.unique(col)) < 2:
+        raise InputError(f"{plugin}: the label column {column!r} is constant; it carries no information "
+                         "to weight or predict")
+    return column
+
+
+# -- the loss metrics ---------------------------------------------------------------------
+
+
+@dataclass
+class LossModel:
+    """A utility model as the lattice search uses it: per quasi-identifier its hierarchy's
+    codes, the normalized loss of each (level, label) and the attribute's weight."""
+
+    quasi: list[str]
+    levels: list[Levels]
+    widths: list[list[np.ndarray]]
+    weights: np.ndarray
+
+
+def hierarchies_of(*tables: TypedTable | None) -> dict[str, Hierarchy]:
+    out: dict[str, Hierarchy] = {}
+    for t in tables:
+        if t is not None:
+            out.update(t.hierarchies)
+    return out
+
+
+def need_hierarchies(quasi: list[str], hierarchies: Mapping[str, Any], plugin: str) -> None:
+    if not quasi:
+        raise InputError(f"{plugin} needs quasi-identifiers in the typing of its input")
+    for q in quasi:
+        if q not in hierarchies:
+            raise InputError(f"{plugin}: quasi-identifier {q!r} has no generalization hierarchy; add a hierarchy "
+                             f"step before it, e.g. {q}: {{interval: [5, 10, 20]}} or {q}: {{arx: FILE}}")
+
+
+def published_nodes(lv: Levels, rows: np.ndarray, published: pa.Array | pa.ChunkedArray,
+                    plugin: str) -> tuple[np.ndarray, np.ndarray]:
+    """(level, label code) each record was published as: the lowest level whose label on the
+    record's own hierarchy path equals the published text."""
+    pub = value_keys(published)
+    n = len(rows)
+    level = np.full(n, -1, dtype=np.int64)
+    code = np.full(n, -1, dtype=np.int64)
+    for lvl in range(lv.height + 1):
+        idx = pc.fill_null(pc.index_in(pub, value_set=lv.labels[lvl]), -1).to_numpy(zero_copy_only=False)
+        expect = lv.codes[lvl][rows]
+        hit = (level < 0) & (idx == expect)
+        level[hit] = lvl
+        code[hit] = expect[hit]
+    bad = np.flatnonzero(level < 0)
+    if bad.size:
+        r = int(bad[0])
+        original = lv.hierarchy.level(0)[int(rows[r])].as_py()
+        raise InputError(f"{plugin}: the published value {pub[r].as_py()!r} of {lv.column!r} is not a level of the "
+                         f"hierarchy above the original value {original!r} ({bad.size} record(s) like this)")
+    return level, code
+
+
+class HierarchyLoss(Metric):
+    """Base of the hierarchy-based loss metrics: a weighted mean of per-label widths."""
+
+    category = "utility"
+    requires_original = True
+    #: name of the per-attribute weight in the metric's detail values.
+    weight_kind = "weight"
+
+    def widths(self, lv: Levels, attr: Attribute | None) -> list[np.ndarray]:
+        return iyengar_widths(lv, attr)
+
+    def weights(self, table: TypedTable, quasi: list[str], levels: list[Levels],
+                params: Mapping[str, Any]) -> np.ndarray:
+        raise NotImplementedError
+
+    def model(self, table: TypedTable, params: Mapping[str, Any],
+              hierarchies: Mapping[str, Hierarchy] | None = None) -> LossModel:
+        """The loss model of ``table``'s quasi-identifiers, weights from its original values."""
+        quasi = table.typing.quasi
+        hierarchies = hierarchies if hierarchies is not None else table.hierarchies
+        need_hierarchies(quasi, hierarchies, self.name)
+        levels = [Levels(hierarchies[q]) for q in quasi]
+        widths = [self.widths(lv, table.typing.get(q) if q in table.typing else None) for q, lv in zip(quasi, levels)]
+        return LossModel(quasi, levels, widths, self.weights(table, quasi, levels, params))
+
+    def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
+                ctx: StepContext) -> dict[str, float]:
+        assert original is not None
+        data = anonymized.data
+        if CLASS in data.column_names and data.column(CLASS).null_count:
+            anonymized = anonymized.replace(data=data.filter(pc.is_valid(data.column(CLASS))))
+        aligned(original, anonymized, self.name)
+        if original.num_rows == 0:
+            raise InputError(f"{self.name}: the table has no records")
+        model = self.model(original, params, hierarchies_of(original, anonymized))
+        out: dict[str, float] = {}
+        total = 0.0
+        for q, lv, widths, w in zip(model.quasi, model.levels, model.widths, model.weights):
+            if q not in anonymized.columns:
+                raise InputError(f"{self.name}: quasi-identifier {q!r} is not in the anonymized table")
+            rows = lv.rows(original.data.column(q))
+            level, code = published_nodes(lv, rows, anonymized.data.column(q), self.name)
+            per_record = np.zeros(len(rows))
+            for lvl in range(lv.height + 1):
+                at = level == lvl
+                per_record[at] = widths[lvl][code[at]]
+            loss = float(per_record.mean())
+            total += float(w) * loss
+            out[f"{self.name}.loss.{q}"] = loss
+            out[f"{self.name}.{self.weight_kind}.{q}"] = float(w)
+        return {self.name: total, **out}
+
+
+class Loss(HierarchyLoss):
+    name = "loss"
+    version = __version__
+    description = ("Seed 004's Loss: mean normalized width of the published hierarchy values, QIs weighted "
+                   "equally (1/q); needs [original, anonymized] and hierarchies.")
+
+    def weights(self, table, quasi, levels, params):
+        return np.full(len(quasi), 1.0 / len(quasi))
+
+
+class EntropyLoss(HierarchyLoss):
+    name = "entropy-loss"
+    version = __version__
+    description = ("Seed 004's Entropy Loss: Loss with QI weights H(X_i) / sum_j H(X_j), plug-in entropies of "
+                   "the original values.")
+
+    def weights(self, table, quasi, levels, params):
+        h = np.array([entropy(_codes(table.data.column(q))) for q in quasi])
+        return h / h.sum() if h.sum() > 0 else np.full(len(quasi), 1.0 / len(quasi))
+
+
+class MiLoss(HierarchyLoss):
+    name = "mi-loss"
+    version = __version__
+    description = ("Seed 004's MI Loss: Loss with QI weights MI(Y; X_i) / sum_j MI(Y; X_j), Y = the label, "
+                   "plug-in estimates on the original values.")
+    params = (Param("label", "str", default=None, nullable=True,
+                    help="the label column Y (default: the only column typed as label)"),)
+
+    def weights(self, table, quasi, levels, params):
+        label = label_column(table, params.get("label"), self.name)
+        y = _codes(table.data.column(label))
+        mi = np.array([mutual_information(_codes(table.data.column(q)), y) for q in quasi])
+        if mi.sum() <= 0:
+            raise InputError(f"{self.name}: no quasi-identifier carries information about the label {label!r} "
+                             "(every MI(Y; X_i) is 0), so the weights are undefined")
+        return mi / mi.sum()
+
+
+class GeneralizationRl(HierarchyLoss):
+    name = "generalization-rl"
+    version = __version__
+    description = ("SPEC section 5's relative loss RL = L(D, D*) / L(D, D_c) of a hierarchy-generalized table "
+                   "(ordered QIs as intervals, unordered as sets of covered leaves; weights 1).")
+    weight_kind = "domain_share"
+
+    def widths(self, lv, attr):
+        return rl_widths(lv, attr)[0]
+
+    def weights(self, table, quasi, levels, params):
+        full = np.array([rl_widths(lv, table.typing.get(q) if q in table.typing else None)[1]
+                         for q, lv in zip(quasi, levels)])
+        return full / full.sum() if full.sum() > 0 else np.full(len(quasi), 1.0 / len(quasi))
+
+
+# -- classification accuracy ----------------------------------------------------------------
+
+
+def midpoints(h: Hierarchy, values: pa.Array | pa.ChunkedArray, column: str) -> np.ndarray:
+    """Numbers for a continuous column published as hierarchy labels: a label's value is the
+    midpoint of the leaves it covers (at the lowest level the label appears); plain numbers
+    stay as they are."""
+    lv = Levels(h)
+    pos = lv.positions(Attribute(column, "quasi", "continuous"))
+    keys = value_keys(values)
+    out = np.full(len(keys), np.nan)
+    for level in range(lv.height + 1):
+        lo, hi = lv.ranges(level, pos)
+        idx = pc.fill_null(pc.index_in(keys, value_set=lv.labels[level]), -1).to_numpy(zero_copy_only=False)
+        hit = np.isnan(out) & (idx >= 0)
+        out[hit] = (lo[idx[hit]] + hi[idx[hit]]) / 2
+    return out
+
+
+class ClassificationAccuracy(Metric):
+    name = "classification-accuracy"
+    version = __version__
+    description = ("k-fold cross-validated accuracy of a classifier (logistic regression) trained on the published "
+                   "table to predict the label (seed 004 section 4); needs scikit-learn: pip install 'anonflow[ml]'.")
+    category = "utility"
+    requires_original = False
+    params = (
+        Param("label", "str", default=None, nullable=True, help="the label column (default: the only one typed)"),
+        Param("features", "list", items="str", default=None, nullable=True,
+              help="feature columns (default: the quasi-identifiers)"),
+        Param("folds", "int", default=3, min=2, help="cross-validation folds (stratified, shuffled)"),
+        Param("seed", "int", default=0, min=0, help="seed of the fold assignment"),
+        Param("max_iter", "int", default=1000, min=1, help="iterations of the logistic regression solver"),
+    )
+
+    def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
+                ctx: StepContext) -> dict[str, float]:
+        try:
+            from sklearn.compose import ColumnTransformer
+            from sklearn.linear_model import LogisticRegression
+            from sklearn.model_selection import StratifiedKFold, cross_val_score
+            from sklearn.pipeline import make_pipeline
+            from sklearn.preprocessing import OneHotEncoder, StandardScaler
+        except ImportError:
+            raise InputError("classification-accuracy needs scikit-learn: pip install 'anonflow[ml]'") from None
+        data = anonymized.data
+        if CLASS in data.column_names and data.column(CLASS).null_count:
+            data = data.filter(pc.is_valid(data.column(CLASS)))
+        table = anonymized.replace(data=data)
+        label = label_column(table, params["label"], self.name)
+        features = params["features"] if params["features"] is not None else table.typing.quasi
+        if not features:
+            raise InputError("classification-accuracy needs feature columns: quasi-identifiers or 'features'")
+        y = _codes(data.column(label))
+        smallest = int(np.bincount(y).min())
+        if smallest < params["folds"]:
+            raise InputError(f"classification-accuracy: the rarest label value occurs {smallest} time(s), fewer than "
+                             f"the {params['folds']} folds")
+        cols, numeric = [], []
+        for f in features:
+            if f not in data.column_names:
+                raise InputError(f"classification-accuracy: feature {f!r} is not a column of the table")
+            if f == label:
+                raise InputError(f"classification-accuracy: the label {f!r} cannot be a feature")
+            attr = table.typing.get(f) if f in table.typing else None
+            col = data.column(f)
+            if attr is not None and attr.type == "continuous":
+                if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+                    x = col.to_numpy().astype(np.float64)
+                elif f in table.hierarchies:
+                    x = midpoints(table.hierarchies[f], col, f)
+                else:
+                    x = np.full(len(col), np.nan)
+                if np.isnan(x).any():
+                    bad = value_keys(col)[int(np.flatnonzero(np.isnan(x))[0])].as_py()
+                    raise InputError(f"classification-accuracy: continuous feature {f!r} holds {bad!r}, which is "
+                                     "neither a number nor a label of its hierarchy")
+                numeric.append(True)
+            else:
+                x = _codes(col).astype(np.float64)
+                numeric.append(False)
+            cols.append(x)
+        X = np.column_stack(cols)
+        num = [i for i, is_num in enumerate(numeric) if is_num]
+        cat = [i for i, is_num in enumerate(numeric) if not is_num]
+        parts = []
+        if num:
+            parts.append(("numeric", StandardScaler(), num))
+        if cat:
+            parts.append(("categorical", OneHotEncoder(handle_unknown="ignore"), cat))
+        model = make_pipeline(ColumnTransformer(parts), LogisticRegression(max_iter=params["max_iter"]))
+        folds = StratifiedKFold(n_splits=params["folds"], shuffle=True, random_state=params["seed"])
+        scores = cross_val_score(model, X, y, cv=folds, scoring="accuracy")
+        return {self.name: float(scores.mean()), f"{self.name}.std": float(scores.std()),
+                f"{self.name}.majority": float(np.bincount(y).max() / y.size),
+                f"{self.name}.records": float(y.size), f"{self.name}.features": float(len(features))}
+
+
+PLUGINS = [Loss(), EntropyLoss(), MiLoss(), GeneralizationRl(), ClassificationAccuracy()]
