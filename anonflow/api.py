@@ -31,7 +31,7 @@ __all__ = [
     "Algorithm", "Metric", "Publisher", "HierarchyBuilder", "Hierarchy", "Param", "REQUIRED", "StepContext", "Output",
     "Partition",
     "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
-    "InputError", "RunError", "PluginError", "atomic_write",
+    "InputError", "RunError", "PluginError", "atomic_write", "RunInfo",
 ]
 
 
@@ -137,7 +137,6 @@ class HierarchyBuilder(Plugin):
         raise NotImplementedError
 
 
-@dataclass
 class Partition:
     """Records grouped into classes, as a privacy check sees them in a lattice search.
 
@@ -147,12 +146,28 @@ class Partition:
     hierarchies. :meth:`codes`, :meth:`counts` and :meth:`distinct` encode a column once and
     keep it in ``cache``; a lattice shares one cache across all its nodes, so a check encodes
     the sensitive attribute once per run, not once per node.
+
+    ``classes`` may be given as a zero-argument callable: it is then computed on first use
+    (a check that needs only ``sizes``, such as k-anonymity, never pays for it).
     """
 
-    classes: np.ndarray
-    sizes: np.ndarray
-    table: TypedTable
-    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    def __init__(self, classes: np.ndarray | Callable[[], np.ndarray], sizes: np.ndarray, table: TypedTable,
+                 cache: dict[str, Any] | None = None) -> None:
+        self._classes = classes
+        self.sizes = sizes
+        self.table = table
+        self.cache = cache if cache is not None else {}
+
+    @property
+    def classes(self) -> np.ndarray:
+        if callable(self._classes):
+            self._classes = self._classes()
+        return self._classes
+
+    @property
+    def classes_used(self) -> bool:
+        """Whether :attr:`classes` was computed (it always is when given as an array)."""
+        return not callable(self._classes)
 
     @property
     def n_classes(self) -> int:
@@ -204,6 +219,63 @@ class Output:
 
 
 @dataclass
+class RunInfo:
+    """The record of the run a step belongs to, as far as it has gone (``ctx.run_info()``).
+
+    Publish steps run after every evaluate step, so a publisher sees all metric values and
+    thresholds. Everything here comes from the store; ``steps`` holds the steps recorded
+    before the current one, in execution order.
+    """
+
+    #: the ``af_runs`` row: run_id, workflow, workflow_path, workflow_text, workflow_hash,
+    #: seed, overrides, versions, status, started_at, ...
+    run: dict[str, Any]
+    #: ``af_step_runs`` rows in order (params, seed, fingerprint, inputs, output_hash, ...)
+    steps: list[dict[str, Any]]
+    #: ``"<step>.<value>" -> value``, in step order
+    metrics: dict[str, float]
+    #: ``"<step>.<value>" -> {"min": x, "max": y}``: the thresholds of the evaluate steps
+    thresholds: dict[str, dict[str, float]]
+    #: one per source read: name, format, path (absolute), table, options, sha256, rows,
+    #: columns (``[[name, DuckDB type], ...]``, without ``_row``), step (its step run)
+    sources: list[dict[str, Any]]
+    #: files written so far: step, path (absolute), sha256, rows
+    outputs: list[dict[str, Any]]
+    #: the step being run (name, kind, uses, plugin_version, params, seed, fingerprint,
+    #: inputs, position), or None when the info was read back for a finished run
+    current: dict[str, Any] | None
+    workflow_dir: Path
+    #: ``load(table_name)``: a stored table (step outputs' ``output_table``) as a TypedTable
+    load: Callable[[str], TypedTable]
+    #: ``sql(query, params=None, **arrow_tables)``, as ``StepContext.sql``
+    sql: Callable[..., pa.Table]
+    #: ``history()``: earlier successful runs of the same workflow (same name and file content)
+    #: that started before this one, oldest first, each ``{"params": {"<step>.<param>":
+    #: value, "seed": n}, "metrics": {...}}`` (no run ids).
+    history: Callable[[], list[dict[str, Any]]] = lambda: []
+
+    def step(self, name: str) -> dict[str, Any] | None:
+        """The step run called ``name`` (None if it has not run)."""
+        return next((s for s in self.steps if s["step"] == name), None)
+
+    def params(self) -> dict[str, Any]:
+        """This run's parameters, flat: ``{"seed": n, "<step>.<param>": value, ...}`` (every
+        step but sources, after ``--set``) -- the form :attr:`history` uses."""
+        return flat_params(self.steps, self.run["seed"])
+
+
+def flat_params(steps: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    """``{"seed": seed, "<step>.<param>": value}`` over the step runs (sources left out)."""
+    out: dict[str, Any] = {"seed": seed}
+    for s in steps:
+        if s["kind"] == "source":
+            continue
+        for key, value in (s.get("params") or {}).items():
+            out[f"{s['step']}.{key}"] = value
+    return out
+
+
+@dataclass
 class StepContext:
     """What the engine hands a plugin while it runs a step."""
 
@@ -222,6 +294,15 @@ class StepContext:
     #: ``store_table(name, arrow_table)`` keeps a table in the store (publishers use it to
     #: publish into DuckDB) and returns the view it can be queried by.
     store_table: Callable[[str, pa.Table], str] | None = None
+    #: provider behind :meth:`run_info` (set by the runner)
+    run_record: Callable[[], RunInfo] | None = None
+
+    def run_info(self) -> RunInfo:
+        """The current run's record so far: the run row, its step runs in order, metric
+        values, thresholds, sources and files written (see :class:`RunInfo`)."""
+        if self.run_record is None:
+            raise RunError("this step runs outside a recorded run: no run information is available")
+        return self.run_record()
 
     def note(self, message: str) -> None:
         """Record a remark in the step's summary (shown by ``anonflow runs RUN_ID``)."""

@@ -305,6 +305,90 @@ def lineage(target: str, db: str, run_id: str | None, as_json: bool) -> None:
             click.echo(f"{pad}  {key} = {value:.6g}")
 
 
+# -- releases ----------------------------------------------------------------------------
+
+def _release_publisher(name: str = "release") -> Any:
+    from .errors import InputError
+
+    reg = get_registry().get("publisher", name)
+    if not hasattr(reg.obj, "verify") or not hasattr(reg.obj, "report"):
+        raise InputError(f"publisher {name!r} ({reg.distribution} {reg.version}) does not write releases")
+    return reg.obj
+
+
+@main.command()
+@click.argument("release", type=click.Path(path_type=Path))
+@click.option("--rerun", is_flag=True, help="Also re-run the recorded workflow and compare every hash.")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Store to record the re-run in (default: a scratch store, removed afterwards).")
+@click.option("--sources", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder the sources' recorded paths are relative to (the workflow file's folder; default: "
+                   "the nearest folder above the release that holds them).")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@_guard
+def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, as_json: bool) -> None:
+    """Check a release directory: file hashes against its manifest, the privacy checks re-run
+    on the published files alone, and (--rerun) a re-run of the recorded workflow. Exit 0 only
+    if everything holds; otherwise each difference is named and the exit code is 1."""
+    import json as _json
+
+    from .errors import InputError
+
+    try:
+        name = (_json.loads((release / "manifest.json").read_text(encoding="utf-8")).get("publisher") or {}).get(
+            "name", "release")
+    except (OSError, ValueError, AttributeError):
+        name = "release"
+    if not release.is_dir():
+        raise InputError(f"{release} is not a directory (expected a release directory)")
+    result = _release_publisher(name).verify(release, rerun=rerun, db=db, sources=sources)
+    if as_json:
+        _echo_json(result)
+    else:
+        for item in result["findings"]:
+            if not item["ok"]:
+                click.echo(f"{'ok  ' if item['ok'] else 'FAIL'}  {item['what']}: {item['detail']}")
+        bad = sum(not i["ok"] for i in result["findings"])
+        if result["ok"]:
+            click.echo(f"release {release} verified: {len(result['findings'])} checks hold"
+                       + (", the re-run reproduces it byte for byte" if rerun else ""))
+        else:
+            click.echo(f"release {release} does NOT verify: {bad} of {len(result['findings'])} checks failed")
+    if not result["ok"]:
+        raise SystemExit(1)
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the page here (default: standard output).")
+@_guard
+def report(run_id: str, db: str, output: Path | None) -> None:
+    """Write the HTML report of a recorded run: the same page a release holds (privacy checks,
+    class sizes, information loss, metrics, parameter sweep, lineage)."""
+    from .api import atomic_write
+    from .runner import load_run_info
+
+    publisher = _release_publisher()
+    with Store(db, read_only=True) as store:
+        rid = store.run(run_id)["run_id"]
+        steps = store.steps(rid)
+        rel = next((s for s in steps if s["kind"] == "publish" and (s["params"] or {}).get("publisher") == "release"),
+                   None)
+        current = None
+        if rel is not None:
+            current = {k: rel[k] for k in ("step", "kind", "uses", "plugin_version", "params", "seed", "fingerprint",
+                                           "inputs", "position")}
+        info = load_run_info(store, rid, upto=rel["position"] if rel else None, current=current)
+        page = publisher.report(info)
+    if output is None:
+        click.echo(page, nl=False)
+        return
+    atomic_write(output, lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    click.echo(f"report of run {rid} written to {output}", err=True)
+
+
 @main.group()
 def hierarchy() -> None:
     """Inspect generalization hierarchies."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from . import __version__
-from .api import Output, StepContext, file_sha256
+from .api import Output, RunInfo, StepContext, file_sha256, flat_params
 from .builtins import BUILTINS
 from .dag import Node, Plan, build_plan
 from .errors import AnonflowError, InputError, RunError
@@ -74,11 +75,70 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
+def relative_paths(value: Any, base: Path) -> Any:
+    """``value`` with every string naming an existing absolute path rewritten relative to
+    ``base`` (recursively through lists and mappings): parameters that name files (hierarchy
+    files, gradings) then read the same wherever the workflow's folder is."""
+    if isinstance(value, str):
+        if len(value) > 1 and os.path.isabs(value) and os.path.exists(value):
+            return os.path.relpath(value, base)
+        return value
+    if isinstance(value, dict):
+        return {k: relative_paths(v, base) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [relative_paths(v, base) for v in value]
+    return value
+
+
+def load_run_info(store: Store, run_id: str, *, upto: int | None = None, current: dict[str, Any] | None = None,
+                  workflow_dir: Path | None = None, history: list[dict[str, Any]] | None = None) -> RunInfo:
+    """A run's record from the store, as :class:`RunInfo`: the steps before position
+    ``upto`` (all when None). ``history`` replaces the store's earlier runs (a re-run
+    that must see what the original saw)."""
+    run = store.run(run_id)
+    rid = run["run_id"]
+    steps = [s for s in store.steps(rid) if upto is None or s["position"] < upto]
+    names = {s["step"] for s in steps}
+    metrics = {k: v for k, v in store.metrics(rid).items() if k.split(".", 1)[0] in names}
+    thresholds: dict[str, dict[str, float]] = {}
+    sources: list[dict[str, Any]] = []
+    for s in steps:
+        if s["kind"] == "evaluate":
+            for key, bound in ((s["params"] or {}).get("thresholds") or {}).items():
+                thresholds[f"{s['step']}.{key}"] = dict(bound)
+        elif s["kind"] == "source":
+            p = dict(s["params"] or {})
+            path = p.pop("path", None)
+            table = p.pop("table", None)
+            inp = (s["inputs"] or [{}])[0]
+            cols = [[c, t] for c, t in store.columns(s["output_table"]) if c != ROW] if s["output_table"] else []
+            sources.append({"name": s["step"], "format": s["uses"], "path": None if path in (None, "None") else path,
+                            "table": table, "options": p, "sha256": inp.get("sha256"), "rows": s["rows"],
+                            "columns": cols, "step": s})
+    outputs = [o for o in store.outputs(rid) if o["step"] in names]
+
+    def earlier() -> list[dict[str, Any]]:
+        if history is not None:
+            return [dict(h) for h in history]
+        return [{"params": flat_params(store.steps(r["run_id"]), r["seed"]), "metrics": store.metrics(r["run_id"])}
+                for r in store.earlier_runs(rid)]
+
+    base = workflow_dir if workflow_dir is not None else Path(run["workflow_path"] or ".").parent
+    return RunInfo(run=run, steps=steps, metrics=metrics, thresholds=thresholds, sources=sources, outputs=outputs,
+                   current=current, workflow_dir=base, load=store.get,
+                   sql=lambda q, params=None, **t: store.sql(q, params, **t), history=earlier)
+
+
 class Runner:
-    def __init__(self, store: Store, registry: Registry | None = None, reporter: Reporter | None = None) -> None:
+    def __init__(self, store: Store, registry: Registry | None = None, reporter: Reporter | None = None,
+                 history: list[dict[str, Any]] | None = None) -> None:
+        """``history`` stands in for the store's earlier runs of the workflow in
+        ``ctx.run_info().history()`` (``anonflow verify --rerun`` hands over what the
+        original run saw)."""
         self.store = store
         self.registry = registry or get_registry()
         self.reporter = reporter or Reporter()
+        self.history = history
 
     def run(self, spec: WorkflowSpec, *, use_cache: bool = True, output_dir: Path | None = None,
             plan: Plan | None = None) -> RunResult:
@@ -136,7 +196,7 @@ class Runner:
                 digest = file_sha256(src.path) if src.format != "duckdb" or src.path else ""
             except FileNotFoundError:
                 raise InputError(f"file not found: {src.path}", where=where) from None
-            fingerprint = self._fingerprint(node, [digest, _canonical(src.options), src.table], seed)
+            fingerprint = self._fingerprint(node, [digest, _canonical(src.options), src.table], seed, spec.base_dir)
             rec.update(params={"path": str(src.path), "table": src.table, **src.options}, fingerprint=fingerprint,
                        inputs=[{"name": str(src.path), "sha256": digest}])
             cached = self.store.cached_step(fingerprint) if use_cache and digest else None
@@ -157,7 +217,7 @@ class Runner:
 
         inputs = [artifacts[i] for i in node.inputs]
         rec["inputs"] = [{"name": i, "table": a.table, "hash": a.hash} for i, a in zip(node.inputs, inputs)]
-        fingerprint = self._fingerprint(node, [a.hash for a in inputs], seed)
+        fingerprint = self._fingerprint(node, [a.hash for a in inputs], seed, spec.base_dir)
         rec["fingerprint"] = fingerprint
         parents = [a.table for a in inputs]
         extra_edges: list[tuple[str, str]] = []
@@ -185,9 +245,17 @@ class Runner:
             published_tables.append((art.table, view))
             return f'steps."{view}"'
 
+        current = {"step": node.name, "kind": node.kind, "uses": node.uses, "plugin_version": node.version,
+                   "params": node.params, "seed": seed, "fingerprint": fingerprint, "inputs": rec["inputs"],
+                   "position": position}
+
+        def run_record() -> RunInfo:
+            return load_run_info(self.store, run_id, upto=position, current=current, workflow_dir=spec.base_dir,
+                                 history=self.history)
+
         ctx = StepContext(step=node.name, seed=seed, rng=np.random.default_rng(seed), workflow_dir=spec.base_dir,
                           output_dir=out_dir, sql=self.store_sql, progress=self.reporter.progress,
-                          store_table=store_table)
+                          store_table=store_table, run_record=run_record)
         tables = [self.store.get(a.table) for a in inputs]
         ctx.inputs = tables
         metrics: dict[str, float] = {}
@@ -285,9 +353,12 @@ class Runner:
         rec.update(status="failed", error=error, seconds=time.perf_counter() - t0)
         self.store.record_step(run_id, rec)
 
-    def _fingerprint(self, node: Node, input_hashes: list[str], seed: int) -> str:
+    def _fingerprint(self, node: Node, input_hashes: list[str], seed: int, base: Path) -> str:
+        # files named in parameters count by their path relative to the workflow's folder (their
+        # content hashes are parameters too), so a moved checkout keeps its fingerprints
         return hashlib.sha256(_canonical({
-            "kind": node.kind, "uses": node.uses, "version": node.version, "params": node.params,
+            "kind": node.kind, "uses": node.uses, "version": node.version,
+            "params": relative_paths(node.params, base),
             "inputs": input_hashes, "seed": seed, "store_schema": SCHEMA_VERSION,
         }).encode()).hexdigest()
 

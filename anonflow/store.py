@@ -284,8 +284,14 @@ class Store:
     # -- SQL for plugins -----------------------------------------------------------------
 
     def sql(self, query: str, params: list[Any] | None = None, **tables: pa.Table) -> pa.Table:
-        """Run ``query`` with each keyword's Arrow table visible under that name."""
+        """Run ``query`` with each keyword's Arrow table visible under that name.
+
+        Plugin queries run on one thread: DuckDB's parallel aggregation adds floating-point
+        values in an order that varies from run to run, so a ``sum`` or ``avg`` of doubles could
+        differ in its last bit and break the promise of identical results (and ``anonflow
+        verify --rerun``)."""
         registered = []
+        self.con.execute("SET threads = 1")
         try:
             for name, table in tables.items():
                 if isinstance(table, TypedTable):
@@ -296,6 +302,7 @@ class Store:
         finally:
             for name in registered:
                 self.con.unregister(name)
+            self.con.execute("RESET threads")
 
     # -- data tables ---------------------------------------------------------------------
 
@@ -481,6 +488,21 @@ class Store:
     def step_in_run(self, run_id: str, step: str) -> dict[str, Any] | None:
         rows = self._dicts("SELECT * FROM af_step_runs WHERE run_id = ? AND step = ?", [run_id, step])
         return rows[0] if rows else None
+
+    def columns(self, name: str) -> list[tuple[str, str]]:
+        """Column names and DuckDB types of a stored table, in order."""
+        return [(r[0], r[1]) for r in self.con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
+            "ORDER BY ordinal_position", [name]).fetchall()]
+
+    def earlier_runs(self, run_id: str) -> list[dict[str, Any]]:
+        """Successful runs of the same workflow (same name and file content) that started
+        before ``run_id``, oldest first."""
+        return self._dicts(
+            "SELECT o.run_id, o.seed, o.overrides FROM af_runs o JOIN af_runs r "
+            "ON o.workflow = r.workflow AND o.workflow_hash = r.workflow_hash "
+            "WHERE r.run_id = ? AND o.run_id <> r.run_id AND o.status = 'succeeded' AND o.started_at < r.started_at "
+            "ORDER BY o.started_at, o.run_id", [run_id])
 
     def latest_run_with_step(self, step: str) -> str | None:
         row = self._one("SELECT r.run_id FROM af_step_runs s JOIN af_runs r USING (run_id) WHERE s.step = ? "

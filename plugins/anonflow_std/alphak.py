@@ -375,7 +375,7 @@ def lossy_join_distance(sql: Sql, counts_sql: str, tables: Mapping[str, Any]) ->
     over records."""
     row = sql(f"WITH counts AS ({counts_sql}), "
               "per_class AS (SELECT cls, sum(c) AS n, sum(c * c) AS sq FROM counts GROUP BY cls) "
-              "SELECT sum(n - sq / n) AS total, sum(n) AS records, count(*) AS classes FROM per_class",
+              "SELECT sum(n - sq / n ORDER BY cls) AS total, sum(n) AS records, count(*) AS classes FROM per_class",
               **tables).to_pylist()[0]
     records = float(row["records"] or 0)
     return {"dis": float(row["total"] or 0.0) / records if records else 0.0, "records": records,

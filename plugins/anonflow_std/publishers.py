@@ -2,15 +2,40 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Mapping
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from anonflow.api import Output, Param, Publisher, StepContext, TypedTable, atomic_write
 
 from . import __version__
+
+
+def _is_nested(t: pa.DataType) -> bool:
+    return pa.types.is_nested(t)
+
+
+def _json_text(arr: pa.Array) -> pa.Array:
+    """A nested column as JSON text per cell (null stays null): ``["China","India"]``."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    value_type = arr.type.value_type if (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)) else None
+    if value_type is not None and not _is_nested(value_type):
+        # vectorized: quote each distinct element once, then join the lists' elements
+        enc = pc.dictionary_encode(pc.list_flatten(arr), null_encoding="encode")
+        quoted = pa.array([json.dumps(v, ensure_ascii=False) for v in enc.dictionary.to_pylist()],
+                          pa.string()).take(enc.indices)
+        offsets = pc.subtract(arr.offsets, arr.offsets[0])
+        lists = (pa.LargeListArray if pa.types.is_large_list(arr.type) else pa.ListArray).from_arrays(
+            offsets, quoted, mask=arr.is_null())
+        return pc.binary_join_element_wise("[", pc.binary_join(lists, ","), "]", "")
+    return pa.array([None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, default=str)
+                     for v in arr.to_pylist()], pa.string())
 
 
 class CsvPublisher(Publisher):
@@ -20,12 +45,22 @@ class CsvPublisher(Publisher):
     params = (
         Param("path", "str", help="output file, relative to --out-dir or the workflow file's folder"),
         Param("delimiter", "str", default=",", help="field separator (one character)"),
+        Param("nested", "str", default="json", choices=("json", "drop"),
+              help="list/struct columns, which CSV cannot hold: write each cell as JSON text, or drop the column"),
     )
 
     def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[Output]:
         path = ctx.resolve_output(params["path"])
+        data = table.data
+        nested = [f.name for f in data.schema if _is_nested(f.type)]
+        if nested and params["nested"] == "drop":
+            data = data.drop_columns(nested)
+            ctx.note(f"csv: nested column(s) {', '.join(nested)} dropped (nested: drop)")
+        else:
+            for name in nested:
+                data = data.set_column(data.column_names.index(name), name, _json_text(data.column(name)))
         opts = pacsv.WriteOptions(include_header=True, delimiter=params["delimiter"])
-        digest = atomic_write(path, lambda tmp: pacsv.write_csv(table.data, str(tmp), write_options=opts))
+        digest = atomic_write(path, lambda tmp: pacsv.write_csv(data, str(tmp), write_options=opts))
         return [Output(str(path), digest, table.num_rows)]
 
 

@@ -1,0 +1,659 @@
+"""The release report: one self-contained HTML page about a run (``report.html``).
+
+The page is a pure function of the run's record (:class:`anonflow.api.RunInfo`) and the
+stored tables: the ``release`` publisher writes it into the release directory and
+``anonflow report RUN_ID`` renders the same page from the store. It holds no timestamps,
+run ids or absolute paths, and its plots are inline SVG drawn with matplotlib (Agg canvas,
+``svg.hashsalt`` fixed, no date metadata), so the same run gives the same bytes.
+
+Sections: privacy guarantees and their check results, the class-size distribution,
+per-attribute information loss, the metrics with their thresholds, utility vs risk across a
+parameter sweep (when the store holds one), and the run's lineage graph.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from typing import Any, Mapping
+
+import networkx as nx
+import numpy as np
+
+from anonflow.api import CLASS, ROW, InputError, RunInfo, StepContext, TypedTable
+from anonflow.builtins import metric_entries
+from anonflow.params import ParamError, validate_params
+
+from . import __version__
+from .metrics import sql_ident
+
+#: the rule that picks the runs of a parameter sweep (also shown on the page and in docs/releases.md)
+SWEEP_RULE = ("points: this run and the earlier successful runs of the same workflow (same name and same file "
+              "content) in the store, the latest run per distinct parameter set; swept parameters: the step "
+              "parameters (after --set) and the seed that differ between points; plotted: each pair (utility "
+              "metric, privacy or risk metric) of the headline values every point has")
+
+SVG_RC = {"svg.hashsalt": "anonflow", "svg.fonttype": "none", "font.family": ["DejaVu Sans"], "font.size": 9.0,
+          "axes.titlesize": 10.0, "axes.labelsize": 9.0}
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:70rem;
+padding:1rem 2rem;color:#1d232b;line-height:1.45}
+h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.25rem;border-bottom:1px solid #d5dbe1;padding-bottom:.2rem;
+margin-top:2rem}
+table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}th,td{border:1px solid #d5dbe1;padding:.25rem .5rem;
+text-align:left;vertical-align:top}th{background:#f2f5f8}td.num{text-align:right;font-variant-numeric:tabular-nums}
+code{font-size:.85rem;background:#f2f5f8;padding:0 .2rem;border-radius:3px;overflow-wrap:break-word}
+.pass{color:#17692c;font-weight:600}.fail{color:#b0201c;font-weight:600}.none{color:#68737d}
+.plot svg{max-width:100%;height:auto}nav a{margin-right:1rem}p.note{color:#4a545e;font-size:.9rem}
+"""
+
+
+# -- small helpers -----------------------------------------------------------------------
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "&ndash;"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return _e(value)
+    if math.isnan(v):
+        return "NaN"
+    return _e(f"{v:.6g}")
+
+
+def _verdict(value: bool | None) -> str:
+    if value is None:
+        return '<span class="none">&ndash;</span>'
+    return '<span class="pass">pass</span>' if value else '<span class="fail">FAIL</span>'
+
+
+def _params_text(params: Mapping[str, Any] | None) -> str:
+    shown = {k: v for k, v in (params or {}).items() if v is not None}
+    return ", ".join(f"{k}={canonical(v)}" for k, v in sorted(shown.items())) or "defaults"
+
+
+def _sort_key(value: Any) -> tuple:
+    if isinstance(value, bool) or value is None:
+        return (1, canonical(value))
+    if isinstance(value, (int, float)):
+        return (0, float(value))
+    return (1, canonical(value))
+
+
+# -- what the page is about --------------------------------------------------------------
+
+
+def released_step(info: RunInfo) -> dict[str, Any] | None:
+    """The step whose output the page reports on: the input of the step being run (the
+    release), else of the last publish step, else the last algorithm step."""
+    if info.current is not None and info.current.get("inputs"):
+        rec = info.step(info.current["inputs"][0]["name"])
+        if rec is not None:
+            return rec
+    for kind in ("publish", "algorithm"):
+        recs = [s for s in info.steps if s["kind"] == kind and s["status"] != "failed"]
+        if recs:
+            rec = recs[-1]
+            if kind == "publish":
+                rec = info.step((rec["inputs"] or [{}])[0].get("name", ""))
+            if rec is not None and rec.get("output_table"):
+                return rec
+    return None
+
+
+def original_step(info: RunInfo, released: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The input of the algorithm that produced ``released`` (walking up its first inputs)."""
+    rec = released
+    while rec is not None and rec["kind"] != "source":
+        if rec["kind"] == "algorithm":
+            return info.step((rec["inputs"] or [{}])[0].get("name", ""))
+        rec = info.step((rec["inputs"] or [{}])[0].get("name", "")) if rec.get("inputs") else None
+    return None
+
+
+def layout_of(info: RunInfo) -> str:
+    """``lossy-join`` when the page's publication is Anatomy-style, else ``table``."""
+    if info.current is not None and info.current.get("kind") == "publish":
+        p = info.current.get("params") or {}
+        if p.get("publisher") == "lossy-join" or p.get("layout") == "lossy-join":
+            return "lossy-join"
+        return "table"
+    pubs = [s for s in info.steps if s["kind"] == "publish"]
+    if pubs and (pubs[-1]["params"] or {}).get("publisher") == "lossy-join":
+        return "lossy-join"
+    return "table"
+
+
+def headline_metrics(info: RunInfo, registry: Any) -> dict[str, str]:
+    """``"<step>.<metric>" -> category`` for the headline value of every metric evaluated."""
+    out: dict[str, str] = {}
+    for s in info.steps:
+        if s["kind"] != "evaluate":
+            continue
+        for name, _ in metric_entries((s["params"] or {}).get("metrics") or [], where=s["step"]):
+            if registry.has("metric", name):
+                out[f"{s['step']}.{name}"] = registry.get("metric", name).obj.category
+    return out
+
+
+def planned_checks(info: RunInfo, released: dict[str, Any] | None, claims: Mapping[str, Any],
+                   registry: Any) -> list[dict[str, Any]]:
+    """The privacy checks that apply to the released table: each privacy metric of an
+    evaluate step whose (anonymized) input is that table, with its parameters, then each
+    privacy model the producing algorithm claims that no evaluate step checked (default
+    parameters: the check reads the claim). ``evaluated`` names the evaluate step, if any."""
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    if released is None:
+        return out
+    for s in info.steps:
+        if s["kind"] != "evaluate" or not s.get("inputs") or s["inputs"][-1].get("hash") != released["output_hash"]:
+            continue
+        for name, given in metric_entries((s["params"] or {}).get("metrics") or [], where=s["step"]):
+            if not registry.has("metric", name):
+                continue
+            reg = registry.get("metric", name)
+            if reg.obj.category != "privacy":
+                continue
+            params = validate_params(reg.obj.params, given)
+            if (name, canonical(params)) in seen:
+                continue
+            seen.add((name, canonical(params)))
+            out.append({"check": name, "params": params, "evaluated": s["step"],
+                        "plugin": {"distribution": reg.distribution, "version": reg.version},
+                        "recheck": not reg.obj.requires_original})
+    for name in sorted(claims):
+        if any(c["check"] == name for c in out) or not registry.has("metric", name):
+            continue
+        reg = registry.get("metric", name)
+        if reg.obj.category != "privacy" or reg.obj.requires_original:
+            continue
+        try:
+            params = validate_params(reg.obj.params, {})
+        except ParamError:
+            continue
+        out.append({"check": name, "params": params, "evaluated": None,
+                    "plugin": {"distribution": reg.distribution, "version": reg.version}, "recheck": True})
+    return out
+
+
+def scratch_context(info_sql: Any, workflow_dir: Any, step: str = "check") -> StepContext:
+    """A context for running a metric outside a workflow step (notes are discarded)."""
+    return StepContext(step=step, seed=0, rng=np.random.default_rng(0), workflow_dir=workflow_dir,
+                       output_dir=workflow_dir, sql=info_sql)
+
+
+def run_check(check: Mapping[str, Any], table: TypedTable, registry: Any, ctx: StepContext) -> dict[str, Any]:
+    """Run one recorded check through the registry, as an evaluate step would."""
+    reg = registry.get("metric", check["check"])
+    params = validate_params(reg.obj.params, check["params"])
+    reg.obj.check(params, anonymized=table)
+    result = reg.obj.compute(None, table, params, ctx)
+    return {k: clean_number(v) for k, v in sorted(result.items())}
+
+
+def clean_number(value: Any) -> float | None:
+    v = float(value)
+    return None if math.isnan(v) or math.isinf(v) else v
+
+
+# -- the sweep ----------------------------------------------------------------------------
+
+
+def sweep(info: RunInfo, registry: Any) -> dict[str, Any] | None:
+    """The parameter sweep this run belongs to (see :data:`SWEEP_RULE`), or None."""
+    current = {"params": info.params(), "metrics": dict(info.metrics)}
+    points = [*info.history(), current]
+    if len(points) < 2:
+        return None
+    common = set.intersection(*(set(p.get("params") or {}) for p in points))
+    latest: dict[str, dict[str, Any]] = {}
+    for p in points:
+        key = canonical({k: p["params"][k] for k in sorted(common)})
+        latest.pop(key, None)
+        latest[key] = p
+    pts = list(latest.values())
+    varying = sorted(k for k in common if len({canonical(p["params"][k]) for p in pts}) > 1)
+    if len(pts) < 2 or not varying:
+        return None
+    cats = headline_metrics(info, registry)
+    keys = [k for k in cats if all(isinstance((p.get("metrics") or {}).get(k), (int, float)) for p in pts)]
+    pts.sort(key=lambda p: tuple(_sort_key(p["params"][k]) for k in varying))
+    return {"rule": SWEEP_RULE, "parameters": varying, "metrics": {k: cats[k] for k in keys},
+            "points": [{"params": {k: p["params"][k] for k in varying},
+                        "metrics": {k: clean_number(p["metrics"][k]) for k in keys}} for p in pts]}
+
+
+def sweep_pairs(sw: Mapping[str, Any], limit: int = 8) -> list[tuple[str, str]]:
+    metrics = sw["metrics"]
+    util = [k for k, c in metrics.items() if c == "utility"]
+    risk = [k for k, c in metrics.items() if c in ("privacy", "risk")]
+    pairs = [(u, r) for u in util for r in risk]
+    if not pairs:
+        keys = list(metrics)
+        pairs = [(a, b) for i, a in enumerate(keys) for b in keys[i + 1:]]
+    return pairs[:limit]
+
+
+# -- computations on the released table ----------------------------------------------------
+
+
+def class_sizes(table: TypedTable, sql: Any) -> np.ndarray:
+    """Records per class: by ``_class`` when present, else by the published QI values."""
+    data = table.data
+    if CLASS in data.column_names:
+        cls = data.column(CLASS)
+        rows = sql(f"SELECT count(*) AS n FROM t WHERE {sql_ident(CLASS)} IS NOT NULL GROUP BY {sql_ident(CLASS)} "
+                   "ORDER BY n", t=data.select([CLASS])) if cls.null_count < len(cls) else None
+    else:
+        quasi = [q for q in table.typing.quasi if q in data.column_names]
+        if not quasi:
+            return np.zeros(0, dtype=np.int64)
+        group = ", ".join(sql_ident(q) for q in quasi)
+        rows = sql(f"SELECT count(*) AS n FROM t GROUP BY {group} ORDER BY n", t=data.select(quasi))
+    if rows is None:
+        return np.zeros(0, dtype=np.int64)
+    return np.asarray(rows.column("n").to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def attribute_loss(original: TypedTable, released: TypedTable, sql: Any, layout: str) -> list[dict[str, Any]]:
+    """Per-attribute information loss, computed generically from original vs published values.
+
+    * ``ambiguity`` (every quasi-identifier): each record's published value stands for the
+      distinct original values of the records published with that value; the loss is
+      (that number - 1) / (distinct original values - 1), averaged over records: 0 when
+      every published value identifies its original value, 1 when all are merged into one.
+    * ``sse_share`` and ``il`` (quasi-identifiers numeric in both tables): the attribute's
+      share of the total squared error on z-scored values, and 100 * SSE_j / SST_j.
+    * lossy-join layout: for the sensitive attribute, the share of a record's class that
+      holds another sensitive value, mean over records (the QIs are published exactly).
+    """
+    odata, rdata = original.data, released.data
+    out: list[dict[str, Any]] = []
+    if ROW not in odata.column_names or ROW not in rdata.column_names:
+        return out
+    quasi = [q for q in released.typing.quasi if q in odata.column_names and q in rdata.column_names]
+    for q in quasi:
+        o, p = sql_ident(q), sql_ident(q)
+        row = sql(f"""
+            WITH j AS (SELECT CAST(o.{o} AS VARCHAR) AS ov, CAST(p.{p} AS VARCHAR) AS pv
+                       FROM orig o JOIN pub p USING ({sql_ident(ROW)})),
+                 g AS (SELECT pv, count(DISTINCT ov) AS a, count(*) AS n FROM j GROUP BY pv)
+            SELECT (SELECT count(DISTINCT ov) FROM j) AS d, (SELECT sum(n * (a - 1)) FROM g) AS s,
+                   (SELECT count(*) FROM j) AS n, (SELECT count(*) FROM j WHERE ov IS DISTINCT FROM pv) AS changed
+        """, orig=odata.select([ROW, q]), pub=rdata.select([ROW, q])).to_pylist()[0]
+        d, n = int(row["d"] or 0), int(row["n"] or 0)
+        amb = float(row["s"] or 0) / (n * (d - 1)) if n and d > 1 else 0.0
+        out.append({"attribute": q, "role": "quasi", "ambiguity": amb,
+                    "changed": float(row["changed"] or 0) / n if n else 0.0, "sse": None, "il": None})
+    numeric = []
+    for rec in out:
+        q = rec["attribute"]
+        attr = original.typing.get(q) if q in original.typing else None
+        if attr is None or attr.type != "continuous":
+            continue
+        import pyarrow as pa
+
+        if not (pa.types.is_integer(rdata.column(q).type) or pa.types.is_floating(rdata.column(q).type)):
+            continue
+        numeric.append(rec)
+    if numeric:
+        select = ", ".join("o.{0} AS {1}, p.{0} AS {2}".format(sql_ident(r["attribute"]), sql_ident("o_" + r["attribute"]),
+                                                               sql_ident("p_" + r["attribute"])) for r in numeric)
+        joined = sql(f"SELECT {select} FROM orig o JOIN pub p USING ({sql_ident(ROW)}) ORDER BY {sql_ident(ROW)}",
+                     orig=odata.select([ROW, *[r["attribute"] for r in numeric]]),
+                     pub=rdata.select([ROW, *[r["attribute"] for r in numeric]]))
+        total = 0.0
+        for r in numeric:
+            xo = joined.column("o_" + r["attribute"]).to_numpy(zero_copy_only=False).astype(np.float64)
+            xp = joined.column("p_" + r["attribute"]).to_numpy(zero_copy_only=False).astype(np.float64)
+            sd = float(xo.std()) or 1.0
+            z = (xo - xo.mean()) / sd
+            sse = float(np.sum(((xo - xp) / sd) ** 2))
+            sst = float(np.sum(z * z))
+            r["sse"], r["il"] = sse, (100.0 * sse / sst if sst > 0 else 0.0)
+            total += sse
+        for r in numeric:
+            r["sse_share"] = r["sse"] / total if total > 0 else 0.0
+    if layout == "lossy-join" and CLASS in rdata.column_names:
+        for s in released.typing.sensitive:
+            if s not in rdata.column_names:
+                continue
+            row = sql(f"""
+                WITH c AS (SELECT {sql_ident(CLASS)} AS cls, CAST({sql_ident(s)} AS VARCHAR) AS v, count(*) AS c
+                           FROM pub WHERE {sql_ident(CLASS)} IS NOT NULL GROUP BY cls, v),
+                     n AS (SELECT cls, sum(c) AS n FROM c GROUP BY cls)
+                SELECT sum(c.c * (1 - c.c / n.n) ORDER BY cls, v) AS s, sum(c.c) AS n FROM c JOIN n USING (cls)
+            """, pub=rdata.select([CLASS, s])).to_pylist()[0]
+            n = float(row["n"] or 0)
+            out.append({"attribute": s, "role": "sensitive", "ambiguity": float(row["s"] or 0) / n if n else 0.0,
+                        "changed": None, "sse": None, "il": None})
+    return out
+
+
+# -- plots ----------------------------------------------------------------------------------
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=72)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _svg(fig) -> str:
+    """The figure as inline SVG markup, byte-identical for the same figure."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    text = buf.getvalue()
+    return text[text.index("<svg"):].strip()
+
+
+def _plot(draw, width: float, height: float, label: str) -> str:
+    import matplotlib
+
+    with matplotlib.rc_context(SVG_RC):
+        fig = _figure(width, height)
+        draw(fig)
+        svg = _svg(fig)
+    return f'<div class="plot" role="img" aria-label="{_e(label)}">{svg}</div>'
+
+
+def class_size_plot(sizes: np.ndarray) -> str:
+    def draw(fig):
+        ax = fig.add_axes((0.11, 0.17, 0.86, 0.72))
+        values, counts = np.unique(sizes, return_counts=True)
+        if len(values) <= 40:
+            ax.bar(values, counts, width=0.8, color="#3b6ea8")
+            ax.set_xticks(values if len(values) <= 20 else values[:: max(1, len(values) // 20)])
+        else:
+            hist, edges = np.histogram(sizes, bins=30)
+            ax.bar(edges[:-1], hist, width=np.diff(edges), align="edge", color="#3b6ea8")
+        ax.set_xlabel("class size (records)")
+        ax.set_ylabel("classes")
+        ax.set_title("Class-size distribution")
+    return _plot(draw, 6.5, 3.2, "class-size distribution")
+
+
+def loss_plot(rows: list[dict[str, Any]]) -> str:
+    """Bars per attribute; margins are computed from the labels (no tight_layout: it draws twice)."""
+    numeric = [r for r in rows if r.get("sse_share") is not None]
+    pad = 0.3 + 0.068 * max(len(str(r["attribute"])) for r in rows)      # inches for the y labels
+    panel = 3.2                                                              # inches per panel
+    width = (pad + panel + 0.3) * (2 if numeric else 1)
+    height = max(2.2, 0.3 * len(rows) + 1.2)
+
+    def draw(fig):
+        def panel_axes(i: int):
+            x0 = (i * (pad + panel + 0.3) + pad) / width
+            return fig.add_axes((x0, 0.75 / height, panel / width, 1 - 1.15 / height))
+        ax = panel_axes(0)
+        names = [r["attribute"] for r in rows][::-1]
+        ax.barh(names, [r["ambiguity"] for r in rows][::-1], color="#a8553b")
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("ambiguity loss (0 = exact, 1 = all merged)")
+        ax.set_title("Per-attribute loss")
+        if numeric:
+            ax2 = panel_axes(1)
+            ax2.barh([r["attribute"] for r in numeric][::-1], [r["sse_share"] for r in numeric][::-1], color="#3b6ea8")
+            ax2.set_xlim(0, 1)
+            ax2.set_xlabel("share of total SSE")
+            ax2.set_title("Numeric QIs: SSE share")
+    return _plot(draw, width, height, "per-attribute information loss")
+
+
+def sweep_plot(sw: Mapping[str, Any]) -> str:
+    pairs = sweep_pairs(sw)
+    cols = min(2, len(pairs))
+    rows_n = math.ceil(len(pairs) / cols)
+
+    def label(p: Mapping[str, Any]) -> str:
+        return ", ".join(f"{k.split('.', 1)[-1]}={canonical(v)}" for k, v in p["params"].items())
+
+    def draw(fig):
+        fig.subplots_adjust(left=0.6 / (5.0 * cols), right=0.97, bottom=0.55 / (3.6 * rows_n) + 0.02,
+                            top=1 - 0.2 / (3.6 * rows_n), wspace=0.3, hspace=0.35)
+        for i, (x, y) in enumerate(pairs, start=1):
+            ax = fig.add_subplot(rows_n, cols, i)
+            xs = [p["metrics"][x] for p in sw["points"]]
+            ys = [p["metrics"][y] for p in sw["points"]]
+            ax.plot(xs, ys, "-o", color="#3b6ea8", markersize=4, linewidth=1)
+            for p, xv, yv in zip(sw["points"], xs, ys):
+                if xv is not None and yv is not None:
+                    ax.annotate(label(p), (xv, yv), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            ax.set_xlabel(f"{x} ({sw['metrics'][x]})")
+            ax.set_ylabel(f"{y} ({sw['metrics'][y]})")
+    return _plot(draw, 5.0 * cols, 3.6 * rows_n, "utility vs risk across the sweep")
+
+
+def lineage_graph(info: RunInfo) -> nx.DiGraph:
+    """Sources, steps and published files of the run (up to the step being run) as a graph."""
+    g = nx.DiGraph()
+    steps = list(info.steps) + ([info.current] if info.current is not None else [])
+    for s in steps:
+        name = s["step"]
+        if s["kind"] == "source":
+            src = next((x for x in info.sources if x["name"] == name), None)
+            file = (src or {}).get("path") or (src or {}).get("table") or ""
+            g.add_node(name, kind="source", label=f"{name}\n{str(file).replace(chr(92), '/').rsplit('/', 1)[-1]}")
+            continue
+        g.add_node(name, kind=s["kind"], label=f"{name}\n{s['uses']}")
+        for i in s.get("inputs") or []:
+            if i.get("name") in g:
+                g.add_edge(i["name"], name)
+    for o in info.outputs:
+        fname = str(o["path"]).replace("\\", "/").rsplit("/", 1)[-1]
+        node = f"file:{o['step']}:{fname}"
+        g.add_node(node, kind="file", label=fname)
+        g.add_edge(o["step"], node)
+    if info.current is not None:
+        params = info.current.get("params") or {}
+        if params.get("publisher") == "release":
+            node = "file:release"
+            g.add_node(node, kind="file", label=f"release\n{str(params.get('path', '')).rsplit('/', 1)[-1]}/")
+            g.add_edge(info.current["step"], node)
+    return g
+
+
+COLORS = {"source": "#e3ecf7", "file": "#f6eee0", "evaluate": "#eaf4e4", "publish": "#f3e6f2"}
+
+
+def lineage_plot(g: nx.DiGraph) -> str:
+    order = {n: i for i, n in enumerate(g.nodes)}
+    layers = [sorted(layer, key=order.__getitem__) for layer in nx.topological_generations(g)]
+    pos = {}
+    for x, layer in enumerate(layers):
+        for y, n in enumerate(layer):
+            pos[n] = (x, -(y - (len(layer) - 1) / 2.0))
+    width = max(4.0, 2.0 * len(layers) + 0.5)
+    height = max(2.0, 0.9 * max((len(layer) for layer in layers), default=1) + 0.6)
+
+    def draw(fig):
+        ax = fig.add_axes((0, 0, 1, 1))
+        ax.set_axis_off()
+        for u, v in g.edges:
+            ax.annotate("", xy=pos[v], xytext=pos[u],
+                        arrowprops=dict(arrowstyle="-|>", color="#68737d", shrinkA=30, shrinkB=30, linewidth=0.8))
+        for n in g.nodes:
+            data = g.nodes[n]
+            ax.text(*pos[n], data["label"], ha="center", va="center", fontsize=7.5,
+                    bbox=dict(boxstyle="round,pad=0.35", fc=COLORS.get(data["kind"], "#ffffff"), ec="#68737d",
+                              lw=0.7))
+        xs = [p[0] for p in pos.values()] or [0]
+        ys = [p[1] for p in pos.values()] or [0]
+        ax.set_xlim(min(xs) - 0.6, max(xs) + 0.6)
+        ax.set_ylim(min(ys) - 0.6, max(ys) + 0.6)
+    return _plot(draw, width, height, "lineage graph of the run")
+
+
+# -- the page ---------------------------------------------------------------------------------
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render(info: RunInfo, registry: Any) -> str:
+    """The report page of ``info`` (see the module docstring)."""
+    run = info.run
+    released = released_step(info)
+    original = original_step(info, released)
+    layout = layout_of(info)
+    table = info.load(released["output_table"]) if released and released.get("output_table") else None
+    orig_table = info.load(original["output_table"]) if original and original.get("output_table") else None
+    wf_file = str(run.get("workflow_path") or "").replace("\\", "/").rsplit("/", 1)[-1]
+    parts: list[str] = []
+
+    # header
+    overrides = run.get("overrides") or []
+    parts.append(f"<header><h1>Release report: {_e(run['workflow'])}</h1>"
+                 f"<p>Workflow file <code>{_e(wf_file)}</code> (sha256 <code>{_e(run['workflow_hash'])}</code>), "
+                 f"seed {_e(run['seed'])}"
+                 + (", parameters set on the command line: " + ", ".join(
+                     f"<code>{_e(s)}.{_e(p)}={_e(canonical(v))}</code>" for s, p, v in overrides) if overrides else "")
+                 + ". Published step: "
+                 + (f"<code>{_e(released['step'])}</code> ({_e(released['uses'])}, {_e(released['rows'])} records)"
+                    if released else "none")
+                 + f"; layout: {_e(layout)}.</p></header>")
+    parts.append('<nav><a href="#privacy">Privacy</a><a href="#classes">Class sizes</a><a href="#loss">Information '
+                 'loss</a><a href="#metrics">Metrics</a><a href="#sweep">Sweep</a><a href="#lineage">Lineage</a></nav>')
+
+    # privacy guarantees
+    claims = table.claims if table is not None else {}
+    checks = planned_checks(info, released, claims, registry)
+    rows = []
+    ctx = scratch_context(info.sql, info.workflow_dir, "report")
+    for c in checks:
+        prefix = f"{c['evaluated']}.{c['check']}" if c["evaluated"] else None
+        if prefix:
+            result = {k[len(c['evaluated']) + 1:]: v for k, v in info.metrics.items()
+                      if k == prefix or k.startswith(prefix + ".")}
+            origin = f"evaluate step <code>{_e(c['evaluated'])}</code>"
+        else:
+            try:
+                result = run_check(c, table, registry, ctx)
+                origin = "the algorithm's claim (checked here on the stored table)"
+            except InputError as exc:
+                result, origin = {}, f"the algorithm's claim (cannot be checked: {_e(exc)})"
+        holds = result.get(f"{c['check']}.holds")
+        detail = ", ".join(f"{_e(k)} = {_num(v)}" for k, v in result.items() if k != f"{c['check']}.holds")
+        rows.append([f"<code>{_e(c['check'])}</code>", _e(_params_text(c["params"])), origin, detail,
+                     _verdict(None if holds is None else holds == 1.0)])
+    claim_text = "; ".join(f"<code>{_e(k)}</code> {_e(_params_text(v))}" for k, v in sorted(claims.items()))
+    parts.append('<section id="privacy"><h2>Privacy guarantees</h2>'
+                 + (f"<p>Claimed by the algorithm: {claim_text}.</p>" if claims else
+                    "<p>The published step claims no privacy model.</p>")
+                 + (_table(["check", "parameters", "checked by", "result", "holds"], rows) if rows else
+                    "<p>No privacy check applies to the published table.</p>")
+                 + '<p class="note">A release re-runs these checks on its published files; '
+                   "<code>anonflow verify</code> runs them again.</p></section>")
+
+    # class sizes
+    if table is not None:
+        sizes = class_sizes(table, info.sql)
+        if len(sizes):
+            summary = (f"{len(sizes)} classes over {int(sizes.sum())} records; size min {int(sizes.min())}, "
+                       f"median {float(np.median(sizes)):g}, mean {float(sizes.mean()):.4g}, max {int(sizes.max())}.")
+            body = f"<p>{_e(summary)}</p>" + class_size_plot(sizes)
+        else:
+            body = "<p>The published table has no classes.</p>"
+        how = "by <code>_class</code>" if CLASS in table.columns else "by published quasi-identifier values"
+        parts.append(f'<section id="classes"><h2>Class-size distribution</h2><p class="note">Classes counted {how}.'
+                     f"</p>{body}</section>")
+    else:
+        parts.append('<section id="classes"><h2>Class-size distribution</h2><p>No published table.</p></section>')
+
+    # information loss
+    loss_rows = attribute_loss(orig_table, table, info.sql, layout) if table is not None and orig_table is not None \
+        else []
+    if loss_rows:
+        trs = [[f"<code>{_e(r['attribute'])}</code>", _e(r["role"]), _num(r["ambiguity"]),
+                _num(r["changed"]), _num(r.get("sse_share")), _num(r["il"])] for r in loss_rows]
+        body = (_table(["attribute", "role", "ambiguity loss", "share of records changed", "SSE share",
+                        "IL % (100 SSE/SST)"],
+                       trs, numeric={2, 3, 4, 5}) + loss_plot(loss_rows))
+    else:
+        body = "<p>No original table to compare with (the published step is not an algorithm's output).</p>"
+    parts.append('<section id="loss"><h2>Information loss per attribute</h2><p class="note">Computed generically '
+                 f"from the original (<code>{_e(original['step']) if original else '-'}</code>) and published values of "
+                 "each record: <em>ambiguity loss</em> = for each record, the number of distinct original values "
+                 "published with the same value as its own, minus 1, over the attribute's distinct values minus 1, "
+                 "averaged (0: the published value identifies the original value; 1: all merged); for numeric "
+                 "quasi-identifiers also each attribute's share of the squared error on z-scored values (SSE share) "
+                 "and its own IL = 100 SSE/SST; for a lossy-join release the sensitive attribute's ambiguity is the "
+                 "mean share of a record's class holding another sensitive value.</p>" + body + "</section>")
+
+    # metrics
+    mrows = []
+    for key, value in info.metrics.items():
+        th = info.thresholds.get(key)
+        passed = None
+        if th:
+            passed = (("min" not in th or value >= th["min"]) and ("max" not in th or value <= th["max"]))
+        elif key.endswith(".holds"):
+            passed = value == 1.0
+        ttext = ", ".join(f"{k} {v:g}" for k, v in sorted(th.items())) if th else ""
+        mrows.append([f"<code>{_e(key)}</code>", _num(value), _e(ttext), _verdict(passed)])
+    parts.append('<section id="metrics"><h2>Metrics</h2>'
+                 + (_table(["value", "result", "threshold", "pass"], mrows, numeric={1}) if mrows else
+                    "<p>No metrics were evaluated.</p>") + "</section>")
+
+    # sweep
+    sw = sweep(info, registry)
+    if sw and sw["metrics"]:
+        prow = [[_e(canonical(p["params"][k])) for k in sw["parameters"]] + [_num(p["metrics"][m]) for m in sw["metrics"]]
+                for p in sw["points"]]
+        body = (_table([*sw["parameters"], *sw["metrics"]], prow,
+                       numeric=set(range(len(sw["parameters"]), len(sw["parameters"]) + len(sw["metrics"]))))
+                + sweep_plot(sw))
+    else:
+        body = "<p>No parameter sweep: the store holds no other run of this workflow with other parameters.</p>"
+    parts.append(f'<section id="sweep"><h2>Utility vs risk across the parameter sweep</h2><p class="note">'
+                 f"{_e(SWEEP_RULE)}.</p>{body}</section>")
+
+    # lineage
+    g = lineage_graph(info)
+    srows = []
+    for s in [*info.steps, *([info.current] if info.current else [])]:
+        params = s.get("params") or {}
+        if s["kind"] == "source":
+            src = next((x for x in info.sources if x["name"] == s["step"]), {})
+            ptext = f"sha256 {(src.get('sha256') or '')[:16]}, {len(src.get('columns') or [])} columns"
+        else:
+            ptext = _params_text({k: v for k, v in params.items() if not isinstance(v, (dict, list)) or len(
+                canonical(v)) <= 80})
+        srows.append([_e(s["step"]), _e(s["kind"]), _e(f"{s['uses']} {s.get('plugin_version') or ''}"), _e(ptext),
+                      f"<code>{_e(s['output_hash'][:16])}</code>" if s.get("output_hash") else "&ndash;",
+                      _num(s.get("rows"))])
+    parts.append('<section id="lineage"><h2>Lineage</h2>' + lineage_plot(g)
+                 + _table(["step", "kind", "uses", "parameters", "output hash", "rows"], srows, numeric={5})
+                 + "</section>")
+
+    versions = run.get("versions") or {}
+    parts.append(f"<footer><p class=\"note\">anonflow {_e(versions.get('anonflow', ''))}, report by anonflow_std "
+                 f"{_e(__version__)}; DuckDB {_e(versions.get('duckdb', ''))}, pyarrow {_e(versions.get('pyarrow', ''))}"
+                 f", numpy {_e(versions.get('numpy', ''))}, Python {_e(versions.get('python', ''))}.</p></footer>")
+    title = f"anonflow release report: {run['workflow']}"
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+            "img-src data:\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+            f"<title>{_e(title)}</title>\n<style>{CSS.strip()}</style>\n</head>\n<body>\n"
+            + "\n".join(parts) + "\n</body>\n</html>\n")
