@@ -1,4 +1,11 @@
-"""Microaggregation algorithms."""
+"""Microaggregation algorithms: the MDAV family (SPEC section 8) and partition refinement.
+
+``mdav``, ``v-mdav``, ``grav`` and ``v-grav`` share one implementation: two loops
+(:func:`~anonflow_std.microagg.mdav_partition`, :func:`~anonflow_std.microagg.vmdav_partition`)
+and a pluggable similarity (:class:`~anonflow_std.microagg.Euclidean` or
+:class:`~anonflow_std.microagg_grey.Grey`).  ``refine`` improves any given partition by
+local search (:mod:`anonflow_std.localsearch`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable
+from anonflow.api import CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable
 
 from . import __version__
 from .common import continuous_quasi, zscores
@@ -17,20 +24,27 @@ def publish_group_means(table: TypedTable, columns: list[str], X: np.ndarray, la
     """Replace each column by its group mean (original units) and add the ``_class`` column."""
     counts = np.bincount(labels)
     data = table.data
+    if CLASS in data.column_names:
+        data = data.drop_columns([CLASS])
     for j, name in enumerate(columns):
         means = np.bincount(labels, weights=X[:, j], minlength=counts.size) / counts
         data = data.set_column(data.column_names.index(name), name, pa.array(means[labels], type=pa.float64()))
     return table.replace(data=data.append_column(CLASS, pa.array(labels, type=pa.int64())))
 
 
-class Mdav(Algorithm):
-    name = "mdav"
-    version = __version__
-    description = "MDAV microaggregation: fixed-size groups of k on z-scored numeric QIs, group means published."
-    params = (
-        Param("k", "int", min=2, help="minimum group size (groups have k records, the last k..2k-1)"),
-        Param("standardize", "bool", default=True, help="z-score the QIs (population std) before clustering"),
-    )
+K = Param("k", "int", min=2, help="minimum group size")
+STANDARDIZE = Param("standardize", "bool", default=True,
+                    help="z-score the QIs (population std) before clustering")
+GAMMA = Param("gamma", "float", default=0.2, min=0,
+              help="gain factor of the extension test (V-MDAV: d_in < gamma*d_out; V-GRAV: gamma*b_in > b_out)")
+STOP = Param("stop", "str", default="k", choices=("k", "2k"),
+             help="form groups while >= k records remain (SPEC section 8) or while >= 2k remain (seed 003)")
+ZETA = Param("zeta", "float", default=1.8, min=0,
+             help="distinguishing coefficient of the balanced adjacent degree (> 0)")
+
+
+class _Microaggregation(Algorithm):
+    """Common frame: numeric QIs, z-scores, a partition, group means published."""
 
     def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         return {"k-anonymity": {"k": params["k"]}}
@@ -39,10 +53,13 @@ class Mdav(Algorithm):
         continuous_quasi(table, self.name)
         if params["k"] > table.num_rows:
             raise InputError(f"parameter 'k' = {params['k']} is larger than the table ({table.num_rows} records)")
+        if "zeta" in params and not params["zeta"] > 0:
+            raise InputError(f"parameter 'zeta': expected a number > 0, got {params['zeta']!r}")
+
+    def partition(self, Z: np.ndarray, params: Mapping[str, Any], report: Any, ctx: StepContext) -> np.ndarray:
+        raise NotImplementedError
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
-        from .microagg import mdav_partition
-
         quasi = continuous_quasi(table, self.name)
         X = table.numeric(quasi)
         Z = X
@@ -50,17 +67,181 @@ class Mdav(Algorithm):
             Z, constant = zscores(X, quasi)
             if constant:
                 ctx.note(f"constant column(s) {', '.join(constant)} carry no distance and were ignored for grouping")
-        advance = ctx.progress(table.num_rows, "mdav")
+        advance = ctx.progress(table.num_rows, self.name)
         done = [0]
 
         def report(assigned: int) -> None:
             advance(assigned - done[0])
             done[0] = assigned
 
-        labels = mdav_partition(np.ascontiguousarray(Z), params["k"], progress=report)
+        labels = self.partition(np.ascontiguousarray(Z), params, report, ctx)
         report(table.num_rows)
-        ctx.note(f"{int(labels.max()) + 1} groups")
+        sizes = np.bincount(labels)
+        ctx.note(f"{sizes.size} groups of {int(sizes.min())}..{int(sizes.max())} records")
         return publish_group_means(table, quasi, X, labels)
 
 
-PLUGINS = [Mdav()]
+class Mdav(_Microaggregation):
+    name = "mdav"
+    version = __version__
+    description = "MDAV microaggregation: fixed-size groups of k on z-scored numeric QIs, group means published."
+    params = (
+        Param("k", "int", min=2, help="minimum group size (groups have k records, the last k..2k-1)"),
+        STANDARDIZE,
+    )
+
+    def partition(self, Z, params, report, ctx):
+        from .microagg import mdav_partition
+
+        return mdav_partition(Z, params["k"], progress=report)
+
+
+class Grav(_Microaggregation):
+    name = "grav"
+    version = __version__
+    description = ("GRAV: MDAV with the balanced adjacent degree of grey relational analysis in place of "
+                   "the Euclidean distance (seed 003); group means published.")
+    params = (
+        Param("k", "int", min=2, help="minimum group size (groups have k records, the last k..2k-1)"),
+        ZETA,
+        STANDARDIZE,
+    )
+
+    def partition(self, Z, params, report, ctx):
+        from .microagg import mdav_partition
+        from .microagg_grey import Grey
+
+        return mdav_partition(Z, params["k"], progress=report, similarity=Grey(params["zeta"]))
+
+
+class _Variable(_Microaggregation):
+    """V-MDAV's loop; subclasses choose the similarity."""
+
+    def similarity(self, params: Mapping[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def partition(self, Z, params, report, ctx):
+        from .microagg import vmdav_partition
+
+        sim = self.similarity(params)
+        k = params["k"]
+        labels = vmdav_partition(Z, k, params["gamma"], stop=params["stop"], similarity=sim, progress=report)
+        zeta = getattr(sim, "zeta", None)
+        if zeta is not None and params["gamma"] <= zeta / (1 + zeta):
+            ctx.note(f"gamma = {params['gamma']:g} <= zeta/(1+zeta) = {zeta / (1 + zeta):.4f}: since "
+                     "zeta/(1+zeta) <= B <= 1, gamma*b_in > b_out never holds and no group was extended")
+        big = int((np.bincount(labels) > 2 * k - 1).sum())
+        if big:
+            ctx.note(f"{big} group(s) exceed 2k-1 = {2 * k - 1} records after taking leftovers")
+        return labels
+
+
+class VMdav(_Variable):
+    name = "v-mdav"
+    version = __version__
+    description = ("V-MDAV microaggregation (Solanas & Martinez-Balleste 2006): variable-size groups of "
+                   "k..2k-1 on z-scored numeric QIs, group means published.")
+    params = (
+        Param("k", "int", min=2, help="minimum group size (groups have k..2k-1 records; leftovers may add up to k-1)"),
+        GAMMA,
+        STOP,
+        STANDARDIZE,
+    )
+
+    def similarity(self, params):
+        from .microagg import Euclidean
+
+        return Euclidean()
+
+
+class VGrav(_Variable):
+    name = "v-grav"
+    version = __version__
+    description = ("V-GRAV (seed 003): V-MDAV with the balanced adjacent degree of grey relational analysis "
+                   "in place of the Euclidean distance; group means published.")
+    params = (
+        Param("k", "int", min=2, help="minimum group size (groups have k..2k-1 records; leftovers may add up to k-1)"),
+        ZETA,
+        GAMMA,
+        STOP,
+        STANDARDIZE,
+    )
+
+    def similarity(self, params):
+        from .microagg_grey import Grey
+
+        return Grey(params["zeta"])
+
+
+class Refine(Algorithm):
+    name = "refine"
+    version = __version__
+    description = ("Improve a microaggregation partition by local search (moves and swaps of records, then "
+                   "seeded kicks), keeping group sizes in [k, 2k-1]; group means published.")
+    inputs = 2
+    params = (
+        Param("k", "int", default=None, min=1, nullable=True,
+              help="minimum group size to keep (default: the smallest group of the given partition)"),
+        Param("neighbours", "int", default=8, min=1,
+              help="candidate groups per record: those with the nearest centroids"),
+        Param("rounds", "int", default=100, min=0, help="at most this many descent rounds (each visits every record)"),
+        Param("kicks", "int", default=1000, min=0,
+              help="perturbations of two neighbouring groups tried after the descent (iterated local search)"),
+        Param("seconds", "float", default=60.0, min=0, help="time limit (the search stops early when reached)"),
+        Param("standardize", "bool", default=True, help="z-score the QIs (population std), as sse-il does"),
+    )
+
+    def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        # the k actually kept is only known from the partition; run() puts it in the output's claims
+        return {}
+
+    def check(self, params: Mapping[str, Any], table: TypedTable, **_: Any) -> None:
+        continuous_quasi(table, self.name)
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
+        from .localsearch import refine_partition
+
+        if len(ctx.inputs) != 2:
+            raise InputError("refine takes two inputs: [original typed table, a partition with _class]")
+        original, given = ctx.inputs
+        quasi = continuous_quasi(original, self.name)
+        if CLASS not in given.columns:
+            raise InputError("refine: the second input has no _class column; give it the output of a "
+                             "microaggregation step, e.g. input: [typed, grouped]")
+        rows, given_rows = original.rows(), given.rows()
+        if rows.size != given_rows.size or not np.array_equal(np.sort(rows), np.sort(given_rows)):
+            raise InputError(f"refine: the two inputs hold different records ({rows.size} vs {given_rows.size}); "
+                             "the partition must cover every record of the original table")
+        cls = given.data.column(CLASS)
+        if cls.null_count:
+            raise InputError("refine: the partition has records without a class (suppressed records)")
+        # each original record's class, matched through _row
+        classes = np.empty(rows.size, dtype=np.int64)
+        classes[np.argsort(rows, kind="stable")] = cls.to_numpy()[np.argsort(given_rows, kind="stable")]
+        sizes = np.unique(classes, return_counts=True)[1]
+        k = params["k"] if params["k"] is not None else int(sizes.min())
+        if sizes.min() < k:
+            raise InputError(f"refine: parameter 'k' = {k}, but the given partition has a group of "
+                             f"{int(sizes.min())} record(s); every group must have at least k")
+        X = original.numeric(quasi)
+        Z = X
+        if params["standardize"]:
+            Z, constant = zscores(X, quasi)
+            if constant:
+                ctx.note(f"constant column(s) {', '.join(constant)} carry no distance and were ignored")
+        result = refine_partition(Z, classes, k, ctx.rng, neighbours=params["neighbours"], rounds=params["rounds"],
+                                  kicks=params["kicks"], seconds=params["seconds"])
+        moved = int((result.labels != np.unique(classes, return_inverse=True)[1].reshape(-1)).sum())
+        sst = float((Z - Z.mean(axis=0)).ravel() @ (Z - Z.mean(axis=0)).ravel()) or 1.0
+        ctx.note(f"k = {k}: SSE {result.sse_before:.6g} -> {result.sse_after:.6g} (IL "
+                 f"{100 * result.sse_before / sst:.3f} -> {100 * result.sse_after / sst:.3f} %) after "
+                 f"{result.rounds} descent round(s) and {result.kicks} kick(s), {result.kicks_kept} kept; "
+                 f"{moved} record(s) changed group")
+        if result.stopped_by == "seconds":
+            ctx.note(f"stopped by the time limit ({params['seconds']:g} s): the result depends on the machine's "
+                     "speed; raise 'seconds' or lower 'rounds'/'kicks' for a reproducible output")
+        out = publish_group_means(original, quasi, X, result.labels)
+        return out.replace(claims={"k-anonymity": {"k": k}})
+
+
+PLUGINS = [Mdav(), VMdav(), Grav(), VGrav(), Refine()]

@@ -1,74 +1,109 @@
-"""Exact MDAV microaggregation kernel in pure numpy.
+"""Exact MDAV-family microaggregation kernels in pure numpy.
 
-MDAV (Maximum Distance to Average Vector; Domingo-Ferrer & Mateo-Sanz, 2002)
-with fixed-size groups:
+Two loops, each written once, and a pluggable *similarity* that answers their queries:
 
-* while at least ``3k`` records remain: ``c`` is the centroid of the remaining
-  records, ``r`` the remaining record farthest from ``c`` and ``s`` the
-  remaining record farthest from ``r``; ``r`` and its ``k - 1`` nearest
-  remaining records form a group, then ``s`` and its ``k - 1`` nearest among
-  the records still remaining form another one;
-* if ``2k .. 3k - 1`` records remain, ``r`` (farthest from the centroid) and
-  its ``k - 1`` nearest records form a group and the rest form the last one;
+* :func:`mdav_partition` -- MDAV (Maximum Distance to Average Vector; Domingo-Ferrer &
+  Mateo-Sanz, 2002), fixed-size groups;
+* :func:`vmdav_partition` -- V-MDAV (Solanas & Martinez-Balleste, 2006), variable-size
+  groups grown by an extension test.
+
+With :class:`Euclidean` similarity (the default) they are MDAV and V-MDAV; with
+:class:`~anonflow_std.microagg_grey.Grey` (the balanced adjacent degree of grey relational
+analysis, seed 003) they are GRAV and V-GRAV.  The loops speak of *farthest* (least similar)
+and *nearest* (most similar) records only; a similarity decides what that means.
+
+MDAV
+----
+* while at least ``3k`` records remain: ``c`` is the centroid of the remaining records,
+  ``r`` the remaining record farthest from ``c`` and ``s`` the remaining record farthest
+  from ``r``; ``r`` and its ``k - 1`` nearest remaining records form a group, then ``s``
+  and its ``k - 1`` nearest among the records still remaining form another one;
+* if ``2k .. 3k - 1`` records remain, ``r`` (farthest from the centroid) and its ``k - 1``
+  nearest records form a group and the rest form the last one;
 * otherwise the ``k .. 2k - 1`` remaining records form the last group.
 
-Ties are broken by the lower original row index, both for "farthest" and for
-the boundary of the "k - 1 nearest"; a record is always in its own group.
-``s`` is the farthest record from ``r`` outside ``r``'s group: that is the
-textbook ``s`` except in degenerate ties where the textbook ``s`` would itself
-be swallowed by ``r``'s group.
+``s`` is the farthest record from ``r`` outside ``r``'s group: that is the textbook ``s``
+except in degenerate ties where the textbook ``s`` would itself be swallowed by ``r``'s
+group.
 
-Distances are squared Euclidean distances computed as
-``sum_j (x_j - q_j) ** 2``, accumulated over the columns in order, and every
-decision is the one a brute-force scan of all remaining records with that
-formula makes.  The centroid is a running column sum (re-summed from scratch
-whenever the number of remaining records halves) divided by their number.
-
-Design
+V-MDAV
 ------
-Instead of scanning all remaining records several times per group (``O(n^2 d
-/ k)`` overall), every query only evaluates candidates that exact bounds
-cannot rule out:
+While at least ``k`` records remain unassigned (``stop="k"``, SPEC section 8) -- or, as
+seed 003 writes it, while at least ``2k`` remain (``stop="2k"``): ``e`` is the unassigned
+record farthest from the centroid of the unassigned ones; ``e`` and its ``k - 1`` nearest
+unassigned records form a group, which is then *extended*: ``e_in`` is the unassigned
+record nearest to any member of the group (``inside`` = that similarity), ``outside`` the
+similarity between ``e_in`` and its nearest other unassigned record; if the similarity's
+extension test holds (Euclidean: ``d_in < gamma * d_out``; grey: ``gamma * b_in > b_out``)
+``e_in`` joins and the extension repeats, until the group has ``2k - 1`` records or the test
+fails.  When ``e_in`` is the only unassigned record there is nothing to compare it with: the
+extension stops and it is a leftover.  With ``stop="2k"``, ``k .. 2k - 1`` records left at
+the end form the last group.  Fewer than ``k`` records left at the end (*leftovers*) each
+join the group whose centroid (z-scored, before any leftover joins) is nearest to them.  So
+every group has ``k .. 2k - 1`` records, except that leftovers (at most ``k - 1`` in all) may
+push a group up to ``3k - 2``.
 
-* **Farthest from the centroid**: a *radial list* holds the remaining records
-  sorted by decreasing distance to an anchor ``a`` (a recent centroid).  By
-  the triangle inequality a record ``x`` can only be farther from ``c`` than a
-  record at distance ``D`` if ``|x - a| >= D - |c - a|``; taking ``D`` from the
-  outermost live record, a query scans a short prefix of the list.  The list
-  is rebuilt around the current centroid when scans get long.
-* **Nearest neighbours and farthest from ``r``**: the rows are cut once into
-  kd-tree leaves of at most 64 records, stored padded in a
-  ``(leaves, d * width)`` array with a bounding box per leaf.  A query
-  computes lower and upper bounds of the distance from the query point to
-  every box at once (a few vectorized operations), evaluates a few leaves to
-  get a first bound on the k-th nearest (resp. the farthest) distance, then
-  evaluates exactly the leaves whose box bound can still beat it.  The two
-  searches around ``r`` share their evaluations; ``s`` is picked before
-  ``r``'s group is removed and re-picked in the (tie-only) case that it falls
-  in that group.  Grouped records become NaN, which ``argpartition`` sorts
-  last and ``fmax`` ignores; the boxes are tightened every few iterations.
+Ties (equal similarities) are broken by the lower original row index, both for "farthest"
+and for the boundary of the "k - 1 nearest"; a record is always in its own group.  Group
+ids ``0 .. g - 1`` are numbered in the order the groups are formed.
 
-Bounds are compared with a relative margin (``1e-9``) far above their rounding
-error, so pruning never drops a candidate.  The loop over groups is the only
-Python-level loop; one iteration costs a bounded number of numpy calls on
-arrays of a few thousand elements (the per-leaf bounds have ``n / 30`` or so
-entries).  No BLAS call is involved, so results do not depend on threads.
+Euclidean similarity
+--------------------
+Distances are squared Euclidean distances computed as ``sum_j (x_j - q_j) ** 2``,
+accumulated over the columns in order, and every decision is the one a brute-force scan of
+all remaining records with that formula makes.  The centroid is a running column sum
+(re-summed from scratch whenever the number of remaining records halves, and updated once
+per centroid query with all the records grouped since the previous one) divided by their
+number.  The extension test compares square roots: ``sqrt(d_in2) < gamma * sqrt(d_out2)``.
+
+Instead of scanning all remaining records several times per group (``O(n^2 d / k)``
+overall), every query only evaluates candidates that exact bounds cannot rule out:
+
+* **Farthest from the centroid**: a *radial list* holds the remaining records sorted by
+  decreasing distance to an anchor ``a`` (a recent centroid).  By the triangle inequality a
+  record ``x`` can only be farther from ``c`` than a record at distance ``D`` if
+  ``|x - a| >= D - |c - a|``; taking ``D`` from the outermost live record, a query scans a
+  short prefix of the list.  The list is rebuilt around the current centroid when scans get
+  long.
+* **Nearest neighbours and farthest from ``r``**: the rows are cut once into kd-tree leaves
+  of at most 64 records, stored padded in a ``(leaves, d * width)`` array with a bounding
+  box per leaf.  A query computes lower and upper bounds of the distance from the query
+  point to every box at once (a few vectorized operations), evaluates a few leaves to get a
+  first bound on the k-th nearest (resp. the farthest) distance, then evaluates exactly the
+  leaves whose box bound can still beat it.  The two searches around ``r`` share their
+  evaluations; ``s`` is picked before ``r``'s group is removed and re-picked in the
+  (tie-only) case that it falls in that group.  Grouped records become NaN, which
+  ``argpartition`` sorts last and ``fmax`` ignores; the boxes are tightened every few
+  iterations.
+* **Extension** (V-MDAV): one query against all members at once: a box is bounded by its
+  smallest lower bound over the members, and the candidate leaves are evaluated against
+  every member.
+
+Bounds are compared with a relative margin (``1e-9``) far above their rounding error, so
+pruning never drops a candidate.  The loop over groups is the only Python-level loop; one
+iteration costs a bounded number of numpy calls on arrays of a few thousand elements (the
+per-leaf bounds have ``n / 30`` or so entries).  No BLAS call is involved, so results do not
+depend on threads.
 """
 
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["mdav_partition"]
+__all__ = ["Similarity", "Euclidean", "mdav_partition", "vmdav_partition", "STOP_RULES"]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 ProgressFn = Callable[[int], object]
+
+#: V-MDAV's stopping rules: loop while >= k (SPEC section 8) or >= 2k (seed 003) remain.
+STOP_RULES = ("k", "2k")
 
 #: Maximum number of records per kd leaf.
 _LEAF_SIZE = 64
@@ -90,12 +125,155 @@ _FAR_LEAVES = 3
 _REBUILD_SCAN = 2048
 #: Records sorted exactly when the radial list is rebuilt.
 _RADIAL_SORTED = 8192
-#: Iterations between two refreshes of the leaf boxes.
+#: Centroid queries between two refreshes of the leaf boxes.
 _SHRINK_EVERY = 8
 
 
+# -- the pluggable similarity ------------------------------------------------------------
+
+
+class Best(NamedTuple):
+    """The most similar remaining record to some reference, and its similarity value."""
+
+    id: int
+    #: squared distance (Euclidean) or balanced adjacent degree (grey)
+    value: float
+    #: whatever the similarity needs to keep the answer valid while records leave
+    state: object = None
+
+
+class Extender(ABC):
+    """Tracks, for a group being extended, the unassigned record nearest to any member."""
+
+    @abstractmethod
+    def candidate(self) -> Best:
+        """The unassigned record nearest to any member (ties: lowest row) and that similarity."""
+
+    @abstractmethod
+    def add(self, record: int, other: Best) -> None:
+        """``record`` (just taken) joins the group; ``other`` is its :meth:`Index.best_other`."""
+
+
+class Index(ABC):
+    """The queries the MDAV-family loops make, over the records not yet grouped.
+
+    An index owns the set of *remaining* records: :meth:`take` removes records from it and
+    every query answers for the records remaining at that moment.  Ties go to the lowest
+    row index.
+    """
+
+    #: number of remaining records
+    live: int
+
+    @abstractmethod
+    def farthest_from_centroid(self) -> int:
+        """The remaining record least similar to the centroid of the remaining records."""
+
+    @abstractmethod
+    def take_group_and_farthest(self, i: int, k: int) -> tuple[IntArray, int]:
+        """Take ``i`` and its ``k - 1`` nearest remaining records as a group; also return
+        the remaining record farthest from ``i`` outside that group (chosen with the
+        similarities of ``i`` as they were before the group was taken)."""
+
+    @abstractmethod
+    def take_nearest(self, i: int, k: int) -> IntArray:
+        """Take ``i`` and its ``k - 1`` nearest remaining records as a group."""
+
+    @abstractmethod
+    def take(self, ids: IntArray) -> None:
+        """Remove ``ids`` from the remaining records."""
+
+    @abstractmethod
+    def best_other(self, i: int) -> Best | None:
+        """The remaining record other than ``i`` nearest to the remaining record ``i``
+        (None when ``i`` is the only one)."""
+
+    @abstractmethod
+    def extender(self, members: IntArray) -> Extender:
+        """An :class:`Extender` for the group ``members`` (already taken)."""
+
+    @abstractmethod
+    def extends(self, inside: float, outside: float, gamma: float) -> bool:
+        """V-MDAV's extension test for the candidate's similarity to the group (``inside``)
+        and to its nearest other unassigned record (``outside``)."""
+
+    def never_extends(self, gamma: float) -> bool:
+        """True when the extension test cannot hold for any data (a shortcut)."""
+        return gamma <= 0
+
+    @abstractmethod
+    def nearest_group(self, rows: IntArray, centroids: FloatArray) -> IntArray:
+        """For each record of ``rows``, the index of the nearest of ``centroids``
+        (``(g, d)``, z-scored); ties: the lowest index."""
+
+
+class Similarity(ABC):
+    """How records are compared: builds an :class:`Index` over the rows of ``X``."""
+
+    #: short name, used in messages
+    name: str = ""
+
+    @abstractmethod
+    def index(self, x: FloatArray) -> Index:
+        """An index over all rows of the ``(n, d)`` array ``x`` (all remaining)."""
+
+    def prepare(self, x: FloatArray) -> FloatArray:
+        """The coordinates the index works on (default: ``x`` itself)."""
+        return x
+
+
+class Euclidean(Similarity):
+    """Euclidean distance: MDAV and V-MDAV."""
+
+    name = "euclidean"
+
+    def index(self, x: FloatArray) -> Index:
+        return _EuclideanIndex(x)
+
+
+# -- the loops -------------------------------------------------------------------------
+
+
+def _check_input(X: np.ndarray, k: int) -> tuple[FloatArray, int]:
+    x = np.ascontiguousarray(X, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"X must be a 2-D array, got shape {x.shape}")
+    n = x.shape[0]
+    k = int(k)
+    if k < 1 or k > n:
+        raise ValueError(f"k must satisfy 1 <= k <= n (k={k}, n={n})")
+    if not np.isfinite(x).all():
+        raise ValueError("X must not contain NaN or infinite values")
+    if x.shape[1] == 0:  # no coordinates: all records coincide
+        x = np.zeros((n, 1))
+    return x, k
+
+
+class _Groups:
+    """Labels under construction, numbered in formation order, with progress reports."""
+
+    def __init__(self, n: int, progress: ProgressFn | None) -> None:
+        self.labels = np.full(n, -1, dtype=np.int64)
+        self.count = 0
+        self.assigned = 0
+        self.reporter = _Progress(n, progress)
+
+    def emit(self, ids: IntArray | list[int]) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        self.labels[ids] = self.count
+        self.count += 1
+        self.assigned += ids.size
+        self.reporter.update(self.assigned)
+
+    def rest(self) -> IntArray:
+        return (self.labels < 0).nonzero()[0]
+
+
 def mdav_partition(
-    X: np.ndarray, k: int, progress: ProgressFn | None = None
+    X: np.ndarray,
+    k: int,
+    progress: ProgressFn | None = None,
+    similarity: Similarity | None = None,
 ) -> IntArray:
     """Partition the rows of ``X`` into MDAV groups of ``k`` records.
 
@@ -108,6 +286,8 @@ def mdav_partition(
     progress:
         Optional callable invoked with the number of records assigned so far;
         it is called at most about 100 times plus once at the end.
+    similarity:
+        :class:`Euclidean` (default: MDAV) or ``Grey`` (GRAV).
 
     Returns
     -------
@@ -116,25 +296,86 @@ def mdav_partition(
         numbered in the order the groups are formed.  All groups have exactly
         ``k`` records except the last one, which has ``k .. 2k - 1``.
     """
-    x = np.ascontiguousarray(X, dtype=np.float64)
-    if x.ndim != 2:
-        raise ValueError(f"X must be a 2-D array, got shape {x.shape}")
+    x, k = _check_input(X, k)
     n = x.shape[0]
-    k = int(k)
-    if k < 1 or k > n:
-        raise ValueError(f"k must satisfy 1 <= k <= n (k={k}, n={n})")
-    if not np.isfinite(x).all():
-        raise ValueError("X must not contain NaN or infinite values")
-
-    if x.shape[1] == 0:  # no coordinates: all records coincide
-        x = np.zeros((n, 1))
-    labels = np.full(n, -1, dtype=np.int64)
-    reporter = _Progress(n, progress)
+    sim = similarity or Euclidean()
+    groups = _Groups(n, progress)
     if n >= 2 * k:
-        _MdavRun(x, k, labels, reporter).run()
-    labels[labels < 0] = labels.max() + 1
-    reporter.done()
-    return labels
+        index = sim.index(sim.prepare(x))
+        while index.live >= 3 * k:
+            r = index.farthest_from_centroid()
+            first, s = index.take_group_and_farthest(r, k)
+            groups.emit(first)
+            groups.emit(index.take_nearest(s, k))
+        if index.live >= 2 * k:
+            groups.emit(index.take_nearest(index.farthest_from_centroid(), k))
+    rest = groups.rest()
+    if rest.size:
+        groups.emit(rest)
+    groups.reporter.done()
+    return groups.labels
+
+
+def vmdav_partition(
+    X: np.ndarray,
+    k: int,
+    gamma: float = 0.2,
+    *,
+    stop: str = "k",
+    similarity: Similarity | None = None,
+    progress: ProgressFn | None = None,
+) -> IntArray:
+    """Partition the rows of ``X`` into V-MDAV groups of ``k .. 2k - 1`` records.
+
+    ``gamma >= 0`` is the gain factor of the extension test; ``stop`` is ``"k"`` (form
+    groups while at least ``k`` records remain, SPEC section 8) or ``"2k"`` (while at
+    least ``2k`` remain, seed 003; then ``k .. 2k - 1`` left form the last group).
+    Leftovers (fewer than ``k`` records) join the group with the nearest centroid, which
+    may then exceed ``2k - 1`` records (at most ``3k - 2``).  ``similarity`` is
+    :class:`Euclidean` (default: V-MDAV) or ``Grey`` (V-GRAV).  Returns ``int64`` labels
+    numbered in formation order.
+    """
+    x, k = _check_input(X, k)
+    gamma = float(gamma)
+    if not gamma >= 0 or not math.isfinite(gamma):
+        raise ValueError(f"gamma must be a finite number >= 0, got {gamma!r}")
+    if stop not in STOP_RULES:
+        raise ValueError(f"stop must be one of {STOP_RULES}, got {stop!r}")
+    n = x.shape[0]
+    sim = similarity or Euclidean()
+    groups = _Groups(n, progress)
+    z = sim.prepare(x)
+    index = sim.index(z)
+    limit = k if stop == "k" else 2 * k
+    grow = not index.never_extends(gamma)
+    while index.live >= limit:
+        e = index.farthest_from_centroid()
+        group = list(index.take_nearest(e, k))
+        if grow and len(group) < 2 * k - 1 and index.live >= 2:
+            ext = index.extender(np.asarray(group, dtype=np.int64))
+            while len(group) < 2 * k - 1 and index.live >= 2:
+                cand = ext.candidate()
+                other = index.best_other(cand.id)
+                if other is None or not index.extends(cand.value, other.value, gamma):
+                    break
+                index.take(np.array([cand.id], dtype=np.int64))
+                ext.add(cand.id, other)
+                group.append(cand.id)
+        groups.emit(group)
+    rest = groups.rest()
+    if rest.size >= k or (rest.size and groups.count == 0):
+        groups.emit(rest)  # stop="2k": the k .. 2k - 1 records left form the last group
+    elif rest.size:
+        labels = groups.labels
+        assigned = labels >= 0
+        sizes = np.bincount(labels[assigned], minlength=groups.count).astype(np.float64)
+        centroids = np.empty((groups.count, z.shape[1]))
+        for j in range(z.shape[1]):
+            centroids[:, j] = np.bincount(labels[assigned], weights=z[assigned, j],
+                                          minlength=groups.count) / sizes
+        labels[rest] = index.nearest_group(rest, centroids)
+    groups.reporter.done()
+    return groups.labels
 
 
 class _Progress:
@@ -160,73 +401,144 @@ class _Progress:
             self._callback(self._n)
 
 
-class _MdavRun:
-    """State of one MDAV run: the spatial indexes and the running sums."""
+# -- Euclidean index -----------------------------------------------------------------
 
-    def __init__(
-        self, x: FloatArray, k: int, labels: IntArray, reporter: _Progress
-    ) -> None:
+
+class _CentroidSum:
+    """The centroid of the remaining records as a running column sum.
+
+    Records taken since the last query are subtracted in one sum at the next query; the
+    sum is recomputed from scratch whenever the number of remaining records halves, so
+    that rounding errors cannot accumulate.  ``on_resum`` and ``on_commit`` let an index
+    piggyback its own periodic maintenance.
+    """
+
+    def __init__(self, x: FloatArray, alive: NDArray[np.bool_]) -> None:
         self.x = x
-        self.k = k
-        self.labels = labels
-        self.reporter = reporter
-        self.n = x.shape[0]
-        self.remaining = self.n
+        self.alive = alive
+        self.remaining = x.shape[0]
         self.col_sum = x.sum(axis=0)
-        self.resum_at = self.n // 2
-        self.group = 0
-        self.pending: list[IntArray] = []
-        self.leaves = _Leaves(x, _LEAF_SIZE)
-        self.radial = _RadialList(x, labels, self.centroid())
+        self.resum_at = self.remaining // 2
+        self.unsummed: list[IntArray] = []
+        self.resummed = False
+
+    def commit(self) -> IntArray | None:
+        """Account for the records taken since the last call; return them (or None).
+
+        Returns them as one array and whether the sum was recomputed from scratch.
+        """
+        if not self.unsummed:
+            return None
+        ids = self.unsummed[0] if len(self.unsummed) == 1 else np.concatenate(self.unsummed)
+        self.unsummed.clear()
+        self.remaining -= ids.size
+        if self.remaining <= self.resum_at:
+            self.col_sum = self.x[self.alive].sum(axis=0)
+            self.resum_at = self.remaining // 2
+            self.resummed = True
+        else:
+            self.col_sum -= self.x[ids].sum(axis=0)
+            self.resummed = False
+        return ids
 
     def centroid(self) -> FloatArray:
-        """Mean of the remaining records."""
+        """Mean of the remaining records (call :meth:`commit` first)."""
         return self.col_sum / self.remaining
 
-    def run(self) -> None:
-        """Form all groups but the last one (its records keep label ``-1``)."""
-        x, k, leaves, radial = self.x, self.k, self.leaves, self.radial
-        while self.remaining >= 3 * k:
-            r = radial.farthest_from_centroid(self.centroid())
-            query = leaves.query(x[r])
-            first, s = leaves.group_and_farthest(r, query, k)
-            self.assign(first)
-            if (first == s).any():  # only possible through ties
-                s = leaves.farthest(query)
-            second = leaves.nearest(s, leaves.query(x[s], upper=False), k)
-            self.assign(second)
-            self.commit(np.concatenate([first, second]))
-        if self.remaining >= 2 * k:
-            r = radial.farthest_from_centroid(self.centroid())
-            ids = leaves.nearest(r, leaves.query(x[r], upper=False), k)
-            self.assign(ids)
-            self.commit(ids)
 
-    def assign(self, ids: IntArray) -> None:
-        """Make the records ``ids`` the next group and hide them from queries."""
-        self.labels[ids] = self.group
-        self.group += 1
+class _EuclideanIndex(Index):
+    """Radial list (farthest from the centroid) and kd leaves (everything else)."""
+
+    def __init__(self, x: FloatArray) -> None:
+        self.x = x
+        self.n = x.shape[0]
+        self.live = self.n
+        self.alive = np.ones(self.n, dtype=bool)
+        self.sums = _CentroidSum(x, self.alive)
+        self.pending: list[IntArray] = []
+        self.leaves = _Leaves(x, _LEAF_SIZE)
+        self.radial = _RadialList(x, self.alive, self.sums.centroid())
+
+    # -- bookkeeping ---------------------------------------------------------------------
+
+    def take(self, ids: IntArray) -> None:
+        self.alive[ids] = False
+        self.live -= ids.size
         self.leaves.delete(ids)
+        self.sums.unsummed.append(ids)
 
-    def commit(self, ids: IntArray) -> None:
-        """Bookkeeping for removed records that can wait for the iteration end."""
+    def _commit(self) -> None:
+        """Bookkeeping for removed records that can wait for the next centroid query."""
+        ids = self.sums.commit()
+        if ids is None:
+            return
         self.radial.delete(ids)
-        self.remaining -= ids.size
         self.pending.append(ids)
-        if self.remaining <= self.resum_at:
-            # Re-sum from scratch now and then so that rounding errors of the
-            # running sum cannot accumulate; also drop the emptied leaves.
-            self.col_sum = self.x[self.labels < 0].sum(axis=0)
-            self.resum_at = self.remaining // 2
+        if self.sums.resummed:
+            # also drop the emptied leaves
             self.leaves.shrink(np.concatenate(self.pending))
             self.pending.clear()
             self.leaves.compact()
-        else:
-            self.col_sum -= self.x[ids].sum(axis=0)
-            if len(self.pending) >= _SHRINK_EVERY:
-                self.leaves.shrink(np.concatenate(self.pending))
-                self.pending.clear()
-        self.reporter.update(self.n - self.remaining)
+        elif len(self.pending) >= _SHRINK_EVERY:
+            self.leaves.shrink(np.concatenate(self.pending))
+            self.pending.clear()
+
+    # -- queries -------------------------------------------------------------------------
+
+    def farthest_from_centroid(self) -> int:
+        self._commit()
+        return self.radial.farthest_from_centroid(self.sums.centroid())
+
+    def take_group_and_farthest(self, i: int, k: int) -> tuple[IntArray, int]:
+        leaves = self.leaves
+        query = leaves.query(self.x[i])
+        first, s = leaves.group_and_farthest(i, query, k)
+        self.take(first)
+        if (first == s).any():  # only possible through ties
+            s = leaves.farthest(query)
+        return first, s
+
+    def take_nearest(self, i: int, k: int) -> IntArray:
+        leaves = self.leaves
+        ids = leaves.nearest(i, leaves.query(self.x[i], upper=False), k)
+        self.take(ids)
+        return ids
+
+    def best_other(self, i: int) -> Best | None:
+        if self.live < 2:
+            return None
+        leaves = self.leaves
+        j, d2 = leaves.nearest_live(leaves.query(self.x[i], upper=False), exclude=i)
+        return Best(j, d2)
+
+    def extender(self, members: IntArray) -> Extender:
+        return _EuclideanExtender(self, members)
+
+    def extends(self, inside: float, outside: float, gamma: float) -> bool:
+        return math.sqrt(inside) < gamma * math.sqrt(outside)
+
+    def nearest_group(self, rows: IntArray, centroids: FloatArray) -> IntArray:
+        out = np.empty(rows.size, dtype=np.int64)
+        for t, row in enumerate(rows):
+            diff = centroids.T - self.x[row][:, None]
+            np.multiply(diff, diff, out=diff)
+            out[t] = int(np.argmin(_row_sums(diff)))  # argmin: first (lowest) index on ties
+        return out
+
+
+class _EuclideanExtender(Extender):
+    """The unassigned record nearest to any member: one query against all members."""
+
+    def __init__(self, index: _EuclideanIndex, members: IntArray) -> None:
+        self.index = index
+        self.members = [int(g) for g in members]
+
+    def candidate(self) -> Best:
+        j, d2 = self.index.leaves.nearest_to_any(self.index.x[self.members])
+        return Best(j, d2)
+
+    def add(self, record: int, other: Best) -> None:
+        self.members.append(record)
 
 
 def _row_sums(sq: FloatArray) -> FloatArray:
@@ -251,7 +563,7 @@ class _RadialList:
 
     __slots__ = (
         "x",
-        "labels",
+        "alive",
         "anchor",
         "neg_radius",
         "points",
@@ -260,9 +572,9 @@ class _RadialList:
         "head",
     )
 
-    def __init__(self, x: FloatArray, labels: IntArray, anchor: FloatArray) -> None:
+    def __init__(self, x: FloatArray, alive: NDArray[np.bool_], anchor: FloatArray) -> None:
         self.x = x
-        self.labels = labels
+        self.alive = alive
         self.pos_of = np.zeros(x.shape[0], dtype=np.int64)
         self.rebuild(anchor)
 
@@ -272,7 +584,7 @@ class _RadialList:
         Only the outermost ``_RADIAL_SORTED`` records are sorted; the others
         share the radius of the last sorted one as their bound.
         """
-        ids = (self.labels < 0).nonzero()[0]
+        ids = self.alive.nonzero()[0]
         points = self.x[ids].T
         diff = points - anchor[:, None]
         np.multiply(diff, diff, out=diff)
@@ -306,9 +618,9 @@ class _RadialList:
         Ties go to the lowest row id.  Rebuilds the list around ``c`` when the
         scan was long.
         """
-        labels, ids = self.labels, self.ids
+        alive, ids = self.alive, self.ids
         head = self.head
-        while labels[ids[head]] >= 0:
+        while not alive[ids[head]]:
             head += 1
         self.head = head
         point = c.tolist()
@@ -494,6 +806,76 @@ class _Leaves:
             leaves = wider
             flat = self._distances(leaves, query)
         return self._k_smallest(i, leaves, flat, k, limit)
+
+    def nearest_live(self, query: _Query, exclude: int = -1) -> tuple[int, float]:
+        """Row id and squared distance of the live record nearest to the query point.
+
+        ``exclude`` (a row id, or -1) is left out.  Ties go to the lowest row id.  At
+        least one live record other than ``exclude`` must exist.
+        """
+        lower = query.lower
+        leaves = self._first_leaves(lower, 2 if exclude >= 0 else 1)
+        flat = self._masked_distances(leaves, query, exclude)
+        best = float(np.fmin.reduce(flat))
+        if best != best:  # no live record in the first leaves (after the exclusion)
+            leaves = self.bid
+            flat = self._masked_distances(leaves, query, exclude)
+            best = float(np.fmin.reduce(flat))
+        wider = self.bid[(lower <= _limit(best)).nonzero()[0]]
+        if wider.size > leaves.size:
+            leaves = wider
+            flat = self._masked_distances(leaves, query, exclude)
+            best = float(np.fmin.reduce(flat))
+        hits = (flat == best).nonzero()[0]
+        ids = self.orig[leaves].reshape(-1)[hits]
+        return int(ids[0] if ids.size == 1 else ids.min()), best
+
+    def nearest_to_any(self, P: FloatArray) -> tuple[int, float]:
+        """Row id and squared distance of the live record nearest to any row of ``P``.
+
+        ``P`` is ``(g, d)``; the boxes are bounded by their smallest lower bound over the
+        rows, and the candidate leaves are evaluated against every row at once.  Ties go
+        to the lowest row id.  At least one live record must exist.
+        """
+        gap = np.abs(self.center[None, :, :] - P[:, :, None])
+        gap -= self.half[None, :, :]
+        np.maximum(gap, 0.0, out=gap)
+        np.multiply(gap, gap, out=gap)
+        lower = np.fmin.reduce(np.add.reduce(gap, axis=1), axis=0)
+        lower[self.count == 0] = np.inf
+        leaves = self._first_leaves(lower, 1)
+        flat = self._distances_many(leaves, P)
+        best = float(np.fmin.reduce(flat))
+        if best != best:
+            leaves = self.bid
+            flat = self._distances_many(leaves, P)
+            best = float(np.fmin.reduce(flat))
+        wider = self.bid[(lower <= _limit(best)).nonzero()[0]]
+        if wider.size > leaves.size:
+            leaves = wider
+            flat = self._distances_many(leaves, P)
+            best = float(np.fmin.reduce(flat))
+        hits = (flat == best).nonzero()[0]
+        ids = self.orig[leaves].reshape(-1)[hits]
+        return int(ids[0] if ids.size == 1 else ids.min()), best
+
+    def _distances_many(self, leaves: IntArray, P: FloatArray) -> FloatArray:
+        """Per slot of ``leaves``, the smallest squared distance to a row of ``P``
+        (each distance summed over the coordinates in order; NaN for empty slots)."""
+        xb = self.xb.take(leaves, axis=0).reshape(1, leaves.size, self.d, self.width)
+        diff = xb - P[:, None, :, None]
+        np.multiply(diff, diff, out=diff)
+        acc = diff[:, :, 0, :].copy()
+        for j in range(1, self.d):
+            acc += diff[:, :, j, :]
+        return np.fmin.reduce(acc, axis=0).reshape(-1)
+
+    def _masked_distances(self, leaves: IntArray, query: _Query, exclude: int) -> FloatArray:
+        """:meth:`_distances`, with NaN for the slot of ``exclude`` (if >= 0)."""
+        flat = self._distances(leaves, query)
+        if exclude >= 0:
+            flat[self.orig[leaves].reshape(-1) == exclude] = np.nan
+        return flat
 
     def group_and_farthest(self, i: int, query: _Query, k: int) -> tuple[IntArray, int]:
         """:meth:`nearest` of ``i`` and the farthest live record from ``i``.
