@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable
+from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable
 
 from . import __version__
 from .common import continuous_quasi, zscores

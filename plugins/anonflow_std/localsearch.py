@@ -23,7 +23,9 @@ lowers the SSE by more than ``1e-12 * SST`` (so rounding never makes the search 
 1. **Descent.**  A *round* visits every record once, in an order drawn from the caller's
    seeded generator, with the candidate groups of the centroids at the round's start.
    Rounds repeat until one improves nothing (a local optimum: no single move or swap to
-   a neighbouring group helps), for at most ``rounds`` rounds.
+   a neighbouring group helps), for at most ``rounds`` rounds.  A record whose last
+   evaluation found nothing is skipped while its group and candidate groups stay unchanged
+   (evaluating it would find nothing again).
 2. **Kicks** (iterated local search, Laszlo & Mukherjee 2015; seed 003's reference 9).
    From the local optimum, ``kicks`` times: pick a group ``a`` at random and one of its
    ``neighbours`` nearest groups ``b``, pool their records, deal them out again at random
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -116,6 +118,10 @@ class _Search:
         self.rows_of = np.repeat(np.arange(self.neighbours + 1), cap)
         self.moves = 0
         self.swaps = 0
+        #: a step counter, the step at which each group last changed (for skipping records
+        #: whose last evaluation found nothing and whose groups have not changed since)
+        self.clock = 1
+        self.changed_at = np.zeros(G, dtype=np.int64)
         self.log: list[tuple[int, int, int]] | None = None  # undo log while kicking
 
     def resum(self) -> None:
@@ -210,6 +216,8 @@ class _Search:
         self.sums[a] -= x
         self.sums[b] += x
         self.lab[i] = b
+        self.clock += 1
+        self.changed_at[a] = self.changed_at[b] = self.clock
         if self.log is not None:
             self.log.append((0, i, a))
 
@@ -224,6 +232,8 @@ class _Search:
         self.sums[a] += delta
         self.sums[b] -= delta
         self.lab[i], self.lab[j] = b, a
+        self.clock += 1
+        self.changed_at[a] = self.changed_at[b] = self.clock
         if self.log is not None:
             self.log.append((1, i, j))
 
@@ -281,17 +291,29 @@ def refine_partition(
 
     # 1. descent: full rounds in a seeded order
     result.stopped_by = "rounds"
+    # A record whose last evaluation found no step, whose candidate groups are the same and
+    # none of whose groups changed since, would find none again: it is skipped (exactly the
+    # result of evaluating it, much faster in the later rounds).
+    evaluated_at = np.zeros(n, dtype=np.int64)
+    near = None
     for r in range(rounds):
         state.resum()
-        near = state.nearest_groups(Z)
+        previous, near = near, state.nearest_groups(Z)
+        same = np.zeros(n, dtype=bool) if previous is None else (near == previous).all(axis=1)
+        changed_at = state.changed_at
         improved = 0
         timed_out = False
         for step, i in enumerate(rng.permutation(n).tolist()):
             if step % _CLOCK_EVERY == 0 and out_of_time():
                 timed_out = True
                 break
+            seen = evaluated_at[i]
+            if seen and same[i] and seen >= changed_at[state.lab[i]] and seen >= changed_at[near[i]].max():
+                continue
             if state.improve(i, near[i]) is not None:
                 improved += 1
+            else:
+                evaluated_at[i] = state.clock
         result.rounds = r + 1
         if timed_out:
             result.stopped_by = "seconds"

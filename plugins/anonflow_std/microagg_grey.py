@@ -28,31 +28,42 @@ attribute is constant, all records are identical (``B = 1``) and ties decide.
 
 Formula and exactness
 ---------------------
-With ``a = zeta * Dmax`` and per attribute ``r(k) = (Dmin + a) / (|d_k| + a)``,
-``S = sum_k r(k)`` and ``T = sum_k r(k) ln r(k)`` (both summed over the attributes in
-order), ``B = min(1, (S ln S - T) / (m ln m))`` -- the form of ``anonflow.kernels.grey``
-(``B = r`` when ``m = 1``; ``B = 1`` when ``Dmax = 0``).  :func:`grey_scores` computes it;
-every decision is the one a brute-force scan of the comparison set with that function
-makes (ties: the lower row), and ``Dmin`` / ``Dmax`` are exact.
+With ``a = zeta * Dmax`` and per attribute ``r(k) = (Dmin + a) / (|d_k| + a)``, every
+coefficient of one query is ``c * a / (|d_k| + a)`` with the same ``c = (Dmin + a) / a``,
+and the balance degree ``E`` does not change when all coefficients are scaled: so
+``B = c * B0``, ``B0`` being the degree with ``Dmin = 0`` (:func:`_degree0`: with
+``r0(k) = a / (|d_k| + a)``, ``S`` and ``T = sum r0 ln r0`` summed over the attributes in
+order, ``B0 = min(1, (S ln S - T) / (m ln m))``, the form of ``anonflow.kernels.grey``;
+``B0 = r0`` when ``m = 1`` and 1 when ``Dmax = 0``).  Rankings within a query (nearest,
+farthest, a leftover's group) compare ``B0``; the extension test, which compares ``B`` of
+different references, uses ``B = min(1, c * B0)`` (:func:`grey_scores`).  Every decision
+is the one a brute-force scan of the comparison set with these functions makes (ties: the
+lower row), and ``Dmin`` / ``Dmax`` are exact.
 
 Design
 ------
 ``B`` is not a metric (no triangle inequality), but it *decreases in every per-attribute
 difference* (``dB/dr(k) = ln(S / r(k)) / (m ln m) > 0`` and ``r(k)`` decreases in
 ``|d_k|``).  So the kd leaves of the Euclidean index (padded leaves with bounding boxes,
-:class:`~anonflow_std.microagg._Leaves`) bound ``B`` exactly: per box, ``B`` at the
-smallest possible differences is an upper bound and ``B`` at the largest ones a lower
+:class:`~anonflow_std.microagg._Leaves`) bound ``B0`` exactly: per box, ``B0`` at the
+smallest possible differences is an upper bound and ``B0`` at the largest ones a lower
 bound.  A query computes both bounds for every box at once, evaluates a few promising
 leaves for a first answer, then exactly the leaves whose bound can still beat it.
 
+The least similar record to the centroid is found in a list sorted by ``B0`` from an
+anchor (:class:`_GreyRadial`): ``B`` is also homogeneous of degree 1 in the coefficients,
+which gives ``B0(c, x) >= lambda * B0(anchor, x)`` with ``lambda`` close to 1 when the
+centroid has moved little, so only a short prefix of the list is evaluated.
+
 ``Dmax`` needs only the per-column extremes of the comparison set (pointers into each
-column's sorted order that move inward as records leave); ``Dmin`` is the smallest
-distance from the reference to a live value in any column, found by a window around the
-reference's position in each column's sorted values (widened until provably exact; the
-sorted columns are compacted whenever half of their entries have left).  Each group
-member of a group being extended keeps its best candidate and its ``Dmin`` / ``Dmax``;
-only when a record leaves that was its candidate or attained its ``Dmin`` or ``Dmax`` is
-it recomputed (otherwise the values are the same numbers a fresh scan would give).
+column's sorted order that move inward as records leave; a reference inside the set has
+difference 0 to itself, so counting it among the extremes changes nothing); ``Dmin``
+(needed by the extension test only) is the smallest distance from the reference to a live
+value in any column, found by a window around the reference's position in each column's
+sorted values (widened until provably exact; the sorted columns are compacted whenever
+half of their entries have left).  Each member of a group being extended keeps its best candidate, ``B0``, ``Dmin``
+and ``Dmax``; only when a record leaves that was its candidate or attained its ``Dmin`` or
+``Dmax`` is that recomputed (otherwise the values are the numbers a fresh scan gives).
 
 ``B >= zeta / (1 + zeta)`` for every comparison record (``B`` is increasing in the
 coefficients and every coefficient is at least ``a / (Dmax + a)``), while ``B <= 1``.

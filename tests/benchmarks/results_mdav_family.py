@@ -5,8 +5,8 @@
 
 ``run`` calls ``anonflow run workflows/microaggregation-<set>.yaml --json`` with
 ``--set <step>.k=K`` for the four algorithms (refine keeps the k of the MDAV partition) and
-appends one JSON line per (data set, k) with every metric; ``tables`` prints the tables of
-``docs/results-mdav.md``.  Importing the module runs nothing.
+appends one JSON line per (data set, k) with every metric, skipping those already in the
+file; ``tables`` prints the tables of ``docs/results-mdav.md``.  Importing the module runs nothing.
 """
 
 from __future__ import annotations
@@ -27,17 +27,23 @@ KS = range(3, 11)
 
 
 def run(out: Path) -> None:
+    """Run what ``out`` does not hold yet (so an interrupted sweep resumes)."""
+    done_before = set()
+    if out.exists():
+        done_before = {(r["set"], r["k"]) for r in map(json.loads, out.read_text().splitlines()) if r}
     with tempfile.TemporaryDirectory() as tmp:
         for name in SETS:
             db = Path(tmp) / f"{name}.duckdb"
             for k in KS:
+                if (name, k) in done_before:
+                    continue
                 args = ["anonflow", "run", str(ROOT / "workflows" / f"microaggregation-{name}.yaml"), "--json",
                         "--db", str(db)]
                 for step in STEPS[:4]:
                     args += ["--set", f"{step}.k={k}"]
                 done = subprocess.run(args, capture_output=True, text=True, check=True)
                 result = json.loads(done.stdout)
-                notes = {s["step"]: (s.get("summary") or {}).get("notes") for s in result["steps"]}
+                notes = {s["step"]: {"notes": s.get("notes"), "seconds": s.get("seconds")} for s in result["steps"]}
                 with out.open("a") as fh:
                     fh.write(json.dumps({"set": name, "k": k, "metrics": result["metrics"], "notes": notes}) + "\n")
                 print(name, k, {s: round(result["metrics"][f"score-{s}.sse-il"], 2) for s in STEPS}, flush=True)
