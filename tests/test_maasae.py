@@ -389,7 +389,7 @@ def published_values_are_the_centroids(table: TypedTable, out: TypedTable) -> No
 @pytest.mark.parametrize("k, p", TABLE5)
 def test_every_output_is_p_sensitive_k_anonymous_on_adult_samples(k, p):
     rng = np.random.default_rng(k * 100 + p)
-    n = int(rng.integers(800, 1600))
+    n = int(rng.integers(1000, 2500))
     objective = ("apf", "apf-safe", "min-il")[(k + p) % 3]
     table = adult_sample(n, int(rng.integers(1 << 30)))
     out = anonymize(table, k, p, objective, seed=k + p)

@@ -388,12 +388,20 @@ class _Classes:
         self.count = 0
         self.cap = 0
         self._fields: list[str] = []
+        self._summary: tuple[float, int] | None = None
         self._alloc(capacity)
+
+    def summary(self) -> tuple[float, int]:
+        """(least OPT, largest size) over the classes, for the global merge bound."""
+        if self._summary is None:
+            nq = self.count
+            self._summary = (float(self.optall[:nq].min()), int(self.size[:nq].max())) if nq else (np.inf, 0)
+        return self._summary
 
     def _alloc(self, cap: int) -> None:
         M = self.M
         spec = {"size": ((), np.int64), "h": ((), np.float64),
-                "q2": ((), np.float64), "optnn": ((), np.float64), "oopt": ((), np.float64), "sopt": ((), np.float64),
+                "q2": ((), np.float64), "optnn": ((), np.float64), "optall": ((), np.float64), "oopt": ((), np.float64), "sopt": ((), np.float64),
                 "scount": ((self.n_s,), np.int64), "nomcnt": ((M.W,), np.float64),
                 "csum": ((len(M.cont),), np.float64), "cmean": ((len(M.cont),), np.float64),
                 "cil": ((len(M.cont),), np.float64), "cslope": ((len(M.cont),), np.float64),
@@ -426,6 +434,7 @@ class _Classes:
         nom = np.bincount(M.nom_codes[members].ravel(), minlength=M.W).astype(np.float64)
         self.nomcnt[:, j] = nom
         self.q2[j] = float(nom @ nom)
+        nom_il = 0.5 * n * len(M.nom) - 0.5 * self.q2[j] / n
         opt = 0.0
         for a, (_, h) in enumerate(M.cont):
             s, mean, il, slope, o = h.stats(members)
@@ -456,7 +465,9 @@ class _Classes:
             getattr(self, f"smin{a}")[:, j] = qmin
         self.oopt[j], self.sopt[j] = oo, ss
         self.optnn[j] = opt + oo + ss  # OPT of the non-nominal attributes
+        self.optall[j] = nom_il + opt + oo + ss
         self.members[j] = members
+        self._summary = None
 
     def add(self, members: np.ndarray, s_codes: np.ndarray, xlogx: np.ndarray) -> int:
         if self.count == self.cap:
@@ -478,6 +489,7 @@ class _Classes:
             a = getattr(self, name)
             a[..., j: self.count - 1] = a[..., j + 1: self.count]
         self.count -= 1
+        self._summary = None
         return members
 
 
@@ -514,21 +526,24 @@ def maasae_partition(enc: Encoded, s_codes: np.ndarray, k: int, p: int, objectiv
     t_count = np.bincount(s_codes, minlength=n_s)
     done = 0
 
+    T: _Candidates | None = None
     while in_t.sum() >= k and np.count_nonzero(t_count) >= p:
         # T grouped by sensitive value, each group in record order; compacted once per class
-        rows_t = np.flatnonzero(in_t)
-        first = int(rng.integers(rows_t.shape[0]))
-        order = np.argsort(s_small[rows_t], kind="stable")  # radix sort on small integers
-        t_idx = rows_t[order]
-        t_s = s_codes[t_idx]
-        T = _Candidates(t_idx, t_s, n_s, [c[t_idx] for c in M.joint])
-        r0 = int(rows_t[first])
-        T.remove(int(np.flatnonzero(order == first)[0]))
+        if T is None:
+            rows_t = np.flatnonzero(in_t)
+            order = np.argsort(s_small[rows_t], kind="stable")  # radix sort on small integers
+            t_idx = rows_t[order]
+            T = _Candidates(t_idx, s_codes[t_idx], n_s, [c[t_idx] for c in M.joint])
+        else:  # the records the last class took leave; the grouping stays
+            keep = T.alive
+            T = _Candidates(T.rows[keep], T.s[keep], n_s, [c[keep] for c in T.joint])
+        t_idx = T.rows
+        r0 = int(np.flatnonzero(in_t)[rng.integers(t_idx.shape[0])])  # a uniform draw, in record order
+        T.remove(int(np.flatnonzero(t_idx == r0)[0]))
         members = [r0]
         in_t[r0] = False
         t_count[s_codes[r0]] -= 1
-        X = _Cross(Q)
-        X.add(Q, r0, int(s_codes[r0]), 0, xlogx)
+        X: _Cross | None = None
         while len(members) < k:
             st["steps"] += 1
             G = _Group(M, np.asarray(members, dtype=np.int64))
@@ -543,7 +558,9 @@ def maasae_partition(enc: Encoded, s_codes: np.ndarray, k: int, p: int, objectiv
                 ea_s[g_cnt > 0] = -np.inf
             best, best_score = T.best(objective, ila, ea_s)
             merge = None
-            if Q.count:
+            if Q.count and not _no_merge_can_win(Q, objective, G, ent_g, best_score, n_s):
+                if X is None:
+                    X = _Cross(Q, G.g, s_codes, xlogx)
                 merge = _merge_candidate(Q, objective, G, X, ent_g, best_score, log2, st)
             if trace is not None:
                 trace.append(("merge", merge) if merge is not None else ("add", int(t_idx[best]), best_score))
@@ -558,7 +575,8 @@ def maasae_partition(enc: Encoded, s_codes: np.ndarray, k: int, p: int, objectiv
                 in_t[r] = False
                 t_count[s_codes[r]] -= 1
                 T.remove(best)
-                X.add(Q, r, int(s_codes[r]), int(g_cnt[s_codes[r]]), xlogx)
+                if X is not None:
+                    X.add(Q, r, int(s_codes[r]), int(g_cnt[s_codes[r]]), xlogx)
         Q.add(np.sort(np.asarray(members, dtype=np.int64)), s_codes, xlogx)
         if progress is not None:
             assigned = n - int(in_t.sum())
@@ -691,11 +709,16 @@ class _Cross:
     """What G shares with every formed class, updated as G grows one record at a time (Q
     does not change while G is built, except by a merge, which completes G): the change of
     sum_s c_s log2 c_s when G is added to the class (exact EA), and sum over nominal
-    attributes of sum_c n_G(c) n_k(c) (the exact nominal IL of the union)."""
+    attributes of sum_c n_G(c) n_k(c) (the exact nominal IL of the union). Built on the
+    first step that needs it."""
 
-    def __init__(self, Q: "_Classes") -> None:
-        self.dh = np.zeros(Q.count)
-        self.cross = np.zeros(Q.count)
+    def __init__(self, Q: "_Classes", g: np.ndarray, s_codes: np.ndarray, xlogx: np.ndarray) -> None:
+        nq = Q.count
+        g_cnt = np.bincount(s_codes[g], minlength=Q.n_s)
+        supp = np.flatnonzero(g_cnt)
+        rows = Q.scount[supp, :nq]
+        self.dh = (xlogx[rows + g_cnt[supp, None]] - xlogx[rows]).sum(axis=0)
+        self.cross = Q.nomcnt[Q.M.nom_codes[g].ravel(), :nq].sum(axis=0) if Q.M.nom else np.zeros(nq)
 
     def add(self, Q: "_Classes", r: int, s: int, before: int, xlogx: np.ndarray) -> None:
         nq = Q.count
@@ -705,6 +728,20 @@ class _Cross:
         self.dh += xlogx[c + before + 1] - xlogx[c + before]
         if Q.M.nom:
             self.cross += Q.nomcnt[Q.M.nom_codes[r], :nq].sum(axis=0)
+
+
+def _no_merge_can_win(Q: _Classes, objective: str, G: _Group, ent_g: float, best_score: float, n_s: int) -> bool:
+    """A bound over all classes at once: ILA(G, G u G_k) >= min_k OPT(G_k) + OPT(G) - IL(G)
+    and EA(G, G u G_k) <= log2(min(|G| + max_k |G_k|, |S|)) - Ent(G)."""
+    threshold = _floor(best_score)
+    least_opt, largest = Q.summary()
+    lb = least_opt + (G.opt - G.il)
+    if objective == "min-il":
+        return lb > -threshold
+    if threshold <= 0:
+        return False
+    ea = np.log2(min(largest + G.m, n_s)) - ent_g
+    return bool(ea < threshold * max(lb, EPS))
 
 
 def _merge_candidate(Q: _Classes, objective: str, G: _Group, X: _Cross, ent_g: float, best_score: float,

@@ -70,49 +70,80 @@ def _stats(values: list[float]) -> str:
     return f"{statistics.mean(values):.5f} ± {statistics.stdev(values):.5f}"
 
 
-def table(path: Path) -> None:
+def load(path: Path) -> list[dict]:
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert all(r["holds"] == 1.0 for r in rows), "a run is not p-sensitive k-anonymous"
+    return rows
+
+
+def _by(rows: list[dict]) -> dict[tuple, list[dict]]:
     by: dict[tuple, list[dict]] = {}
     for r in rows:
         by.setdefault((r["objective"], r["k"], r["p"]), []).append(r)
+    return by
 
-    def mean(objective: str, k: int, p: int, key: str) -> str:
-        rs = by.get((objective, k, p), [])
-        return f"{statistics.mean(r[key] for r in rs):.5f}" if rs else "–"
 
-    print("Table 5, MAASAE (objective apf): the paper's means of 10 runs next to ours (mean ± standard deviation "
-          "over seeds)\n")
-    print("| k | p | AVG-IL paper | AVG-IL ours | AVG-Ent paper | AVG-Ent ours | CAVG | classes | runs |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+def table5_md(rows: list[dict]) -> str:
+    """The paper's Table 5 next to ours (objective apf): mean ± standard deviation over seeds."""
+    by = _by(rows)
+    out = ["| k | p | AVG-IL paper | AVG-IL ours | AVG-Ent paper | AVG-Ent ours | CAVG | classes | runs |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (k, p), (pil, pent) in TABLE5.items():
         rs = by.get(("apf", k, p), [])
         if rs:
-            print(f"| {k} | {p} | {pil:.5f} | {_stats([r['avg_il'] for r in rs])} | {pent:.5f} | "
-                  f"{_stats([r['avg_ent'] for r in rs])} | {statistics.mean(r['cavg'] for r in rs):.3f} | "
-                  f"{statistics.mean(r['classes'] for r in rs):.0f} | {len(rs)} |")
-    print("\nMAASAE (apf) against MAA-MINIL (min-il), means over the seeds each ran\n")
-    print("| k | p | AVG-IL apf | AVG-IL min-il | AVG-Ent apf | AVG-Ent min-il | CAVG apf | CAVG min-il | runs |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+            out.append(f"| {k} | {p} | {pil:.5f} | {_stats([r['avg_il'] for r in rs])} | {pent:.5f} | "
+                       f"{_stats([r['avg_ent'] for r in rs])} | {statistics.mean(r['cavg'] for r in rs):.3f} | "
+                       f"{statistics.mean(r['classes'] for r in rs):.0f} | {len(rs)} |")
+    return "\n".join(out)
+
+
+def minil_md(rows: list[dict]) -> str:
+    """MAASAE (apf) against MAA-MINIL (min-il): means over the seeds each ran."""
+    by = _by(rows)
+
+    def mean(objective: str, k: int, p: int, key: str) -> str:
+        rs = by.get((objective, k, p), [])
+        return f"{statistics.mean(r[key] for r in rs):.{3 if key == 'cavg' else 5}f}" if rs else "–"
+
+    out = ["| k | p | AVG-IL apf | AVG-IL min-il | AVG-Ent apf | AVG-Ent min-il | CAVG apf | CAVG min-il | runs |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (k, p) in TABLE5:
         if ("min-il", k, p) in by:
             n = f"{len(by.get(('apf', k, p), []))} / {len(by[('min-il', k, p)])}"
-            print(f"| {k} | {p} | {mean('apf', k, p, 'avg_il')} | {mean('min-il', k, p, 'avg_il')} | "
-                  f"{mean('apf', k, p, 'avg_ent')} | {mean('min-il', k, p, 'avg_ent')} | "
-                  f"{mean('apf', k, p, 'cavg')} | {mean('min-il', k, p, 'cavg')} | {n} |")
+            out.append(f"| {k} | {p} | {mean('apf', k, p, 'avg_il')} | {mean('min-il', k, p, 'avg_il')} | "
+                       f"{mean('apf', k, p, 'avg_ent')} | {mean('min-il', k, p, 'avg_ent')} | "
+                       f"{mean('apf', k, p, 'cavg')} | {mean('min-il', k, p, 'cavg')} | {n} |")
+    return "\n".join(out)
+
+
+def apf_safe_text(rows: list[dict]) -> str:
     apf = {(r["k"], r["p"], r["seed"]): r for r in rows if r["objective"] == "apf"}
-    safe = [r for r in rows if r["objective"] == "apf-safe"]
-    same = sum(1 for r in safe if (r["k"], r["p"], r["seed"]) in apf
-               and (r["avg_il"], r["avg_ent"], r["classes"]) == tuple(apf[(r["k"], r["p"], r["seed"])][x]
-                                                                      for x in ("avg_il", "avg_ent", "classes")))
-    paired = sum(1 for r in safe if (r["k"], r["p"], r["seed"]) in apf)
-    print(f"\napf-safe: {same} of {paired} runs paired with an apf run (same k, p, seed) give the same AVG-IL, "
-          "AVG-Ent and classes")
+    keys = ("avg_il", "avg_ent", "classes")
+    safe = [r for r in rows if r["objective"] == "apf-safe" and (r["k"], r["p"], r["seed"]) in apf]
+    same = sum(1 for r in safe if all(r[x] == apf[(r["k"], r["p"], r["seed"])][x] for x in keys))
+    return (f"Every `apf-safe` run paired with an `apf` run of the same k, p and seed ({same} of {len(safe)}) "
+            "gives exactly the same AVG-IL, AVG-Ent and classes")
+
+
+def runtime_text(rows: list[dict]) -> str:
+    out = []
     for objective in OBJECTIVES:
         rs = [r for r in rows if r["objective"] == objective]
         if rs:
-            print(f"{objective}: {len(rs)} runs, median {statistics.median(r['wall'] for r in rs):.0f} s wall, "
-                  f"{statistics.median(r['cpu'] for r in rs):.0f} s CPU")
+            out.append(f"- `{objective}`: {len(rs)} runs, median {statistics.median(r['wall'] for r in rs):.0f} s "
+                       f"wall clock, {statistics.median(r['cpu'] for r in rs):.0f} s CPU per run (all nine settings)")
+    return "\n".join(out)
+
+
+def table(path: Path) -> None:
+    rows = load(path)
+    print("Table 5, MAASAE (objective apf)\n")
+    print(table5_md(rows))
+    print("\nMAASAE (apf) against MAA-MINIL (min-il)\n")
+    print(minil_md(rows))
+    print()
+    print(apf_safe_text(rows))
+    print(runtime_text(rows))
 
 
 if __name__ == "__main__":
