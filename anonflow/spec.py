@@ -102,6 +102,26 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return step.strip(), param.strip(), value
 
 
+def _set_path(path: Path, params: dict[str, Any], step: str, param: str, value: Any) -> None:
+    """Apply ``--set STEP.A.B=VALUE``: a dotted name reaches into mapping parameters
+    (``lattice.model_params.k=7``), creating the mapping when the parameter is unset."""
+    if param in params:
+        params[param] = value
+        return
+    keys = param.split(".")
+    target = params
+    for i, key in enumerate(keys[:-1]):
+        current = target.get(key)
+        if current is None:
+            current = {}
+        elif not isinstance(current, Mapping):
+            raise WorkflowError(f"--set {step}.{param}: {step}.{'.'.join(keys[:i + 1])} is {current!r}, not a "
+                                "mapping, so it has no key " + repr(keys[i + 1]), where=str(path))
+        target[key] = current = dict(current)
+        target = current
+    target[keys[-1]] = value
+
+
 def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | None = None) -> WorkflowSpec:
     """Read and structurally validate a workflow file; apply ``--set`` and ``--seed``."""
     path = Path(path)
@@ -149,7 +169,7 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
     for step, param, value in parsed:
         if step not in steps:
             raise WorkflowError(f"--set {step}.{param}: no step named {step!r}{suggest(step, steps)}", where=str(path))
-        steps[step].params[param] = value
+        _set_path(path, steps[step].params, step, param, value)
 
     return WorkflowSpec(name=name, seed=int(wf_seed), sources=sources, steps=steps, path=path,
                         text=text, overrides=tuple(parsed), description=str(data.get("description") or ""))

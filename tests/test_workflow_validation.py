@@ -58,6 +58,18 @@ def test_cycle_is_named(project):
     assert "a -> b -> a" in error_of(path) or "b -> a -> b" in error_of(path)
 
 
+def test_a_dotted_set_changes_one_key_of_a_mapping_parameter(project):
+    from anonflow.spec import load_workflow
+
+    wf = census_workflow(project)
+    spec = load_workflow(wf, ["scores.thresholds.sse-il.max=30", "scores.thresholds.sse-il.min=1"])
+    assert spec.steps["scores"].params["thresholds"]["sse-il"] == {"max": 30, "min": 1}
+    spec = load_workflow(wf, ["grouped.k=7"])
+    assert spec.steps["grouped"].params["k"] == 7
+    message = error_of(wf, "grouped.k.x=1")
+    assert "--set grouped.k.x: grouped.k is 5, not a mapping, so it has no key 'x'" in message
+
+
 @pytest.mark.parametrize("overrides, fragment", [
     (("grouped.k=1",), "step 'grouped': parameter 'k': expected an integer >= 2, got 1"),
     (("grouped.kk=3",), "step 'grouped': unknown parameter 'kk' (did you mean 'k'?)"),
