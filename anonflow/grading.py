@@ -14,6 +14,7 @@ declared in a workflow's typing step, inline or as a YAML file::
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -121,7 +122,9 @@ def load_grading(spec: Any, base_dir: Path, *, where: str) -> dict[str, Any]:
         except yaml.YAMLError as exc:
             raise WorkflowError(f"grading file {path} is not valid YAML: {str(exc).splitlines()[0]}",
                                 where=where) from None
-        grading = parse_grading(data, where=f"{where}: {path}", source=str(path))
+        # recorded relative to the workflow's folder (the content is pinned by the sha256), so
+        # the typing, and every hash downstream of it, does not depend on where the checkout is
+        grading = parse_grading(data, where=f"{where}: {path}", source=Path(os.path.relpath(path, base_dir)).as_posix())
         out = grading.to_json()
         out["sha256"] = hashlib.sha256(text.encode()).hexdigest()
         return out

@@ -65,3 +65,15 @@ def test_bad_gradings(data, fragment):
     with pytest.raises(WorkflowError) as info:
         parse_grading(data, where="w")
     assert fragment in str(info.value)
+
+
+def test_a_grading_file_is_recorded_relative_to_the_workflow_so_a_moved_checkout_hashes_alike(tmp_path):
+    text = (DATA / "gradings" / "adult-occupation.yaml").read_text()
+    resolved = []
+    for where in ("a", "b/c"):
+        folder = tmp_path / where
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / "g.yaml").write_text(text)
+        resolved.append(load_grading("data/g.yaml", folder, where="wf.yaml"))
+    assert resolved[0] == resolved[1]
+    assert resolved[0]["source"] == "data/g.yaml" and len(resolved[0]["sha256"]) == 64
