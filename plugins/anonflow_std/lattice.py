@@ -429,6 +429,17 @@ class Lattice(Algorithm):
         if isinstance(utility, HierarchyLoss):
             utility.model(table, uparams)
 
+    def describe_plan(self, params: Mapping[str, Any], table: TypedTable) -> list[str]:
+        quasi = table.typing.quasi
+        shape = [Levels(table.hierarchies[q]).height + 1 for q in quasi]
+        size = math.prod(shape)
+        _, mparams = self._model(params)
+        shown = ", ".join(f"{k}={v}" for k, v in mparams.items() if v is not None)
+        limit = int(math.floor(params["suppression"] * table.num_rows + 1e-9))
+        return [f"lattice: {size:,} nodes ({' x '.join(map(str, shape))} levels over {', '.join(quasi)})",
+                f"searches {table.num_rows:,} records for {params['model']} ({shown}), at most {limit:,} "
+                f"suppressed; best by {params['utility']}"]
+
     # -- the run ----------------------------------------------------------------------
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
@@ -576,7 +587,8 @@ class Lattice(Algorithm):
             new_id = np.cumsum(ok) - 1
             data = data.append_column(CLASS, pa.array(new_id[classes], type=pa.int64()))
             anonymized = table.replace(data=data.filter(keep))
-            original = table.replace(data=table.data.filter(keep)) if utility.requires_original else None
+            # as an evaluate step with [original, anonymized] does: every metric gets the original
+            original = table.replace(data=table.data.filter(keep))
             try:
                 result = utility.compute(original, anonymized, uparams, ctx)
             except InputError:
