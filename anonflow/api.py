@@ -69,6 +69,13 @@ class Algorithm(Plugin):
         """
         return {}
 
+    def describe_plan(self, params: Mapping[str, Any], table: TypedTable) -> list[str]:
+        """Lines ``anonflow plan`` prints under the step: what the run will face, worked out
+        from the step's (first) input table without running the algorithm — e.g. the size of
+        the lattice a search will walk. Called after :meth:`check`, on the table the
+        preparation steps produce. The default says nothing."""
+        return []
+
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: "StepContext") -> TypedTable:
         """Anonymize ``table``; return a table with the same records (same ``_row`` set),
         a ``_class`` column and the published quasi-identifier values."""

@@ -154,16 +154,20 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
 @_guard
 def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: bool) -> None:
     """Validate a workflow file and print its steps in execution order (runs nothing)."""
-    from .dag import preview_typing
+    from .dag import preview
 
     spec = load_workflow(workflow, overrides, seed)
-    p = build_plan(spec, get_registry())
-    typings = preview_typing(p)
+    registry = get_registry()
+    p = build_plan(spec, registry)
+    previews = preview(p, registry)
+    typings = {n: v for n, v in previews.items() if "typing" in v}
     if as_json:
         steps = [n.to_json() for n in p.steps()]
         for s in steps:
             if s["name"] in typings:
                 s["typing"] = typings[s["name"]]["typing"].to_json()
+            elif s["name"] in previews:
+                s["notes"] = previews[s["name"]]["notes"]
         _echo_json({"workflow": spec.name, "seed": spec.seed, "steps": steps})
         return
     click.echo(f"workflow {spec.name} (seed {spec.seed}): {len(p.order)} nodes, valid")
@@ -190,8 +194,11 @@ def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: 
             for note in t["notes"]:
                 click.echo(f"       note: {note}")
             continue
-        for key, value in node.params.items():
-            click.echo(f"       {key} = {json.dumps(value, default=str)}")
+        if "hierarchies" not in previews.get(node.name, {}):  # a previewed hierarchy step's notes say it all
+            for key, value in node.params.items():
+                click.echo(f"       {key} = {json.dumps(value, default=str)}")
+        for note in previews.get(node.name, {}).get("notes", []):
+            click.echo(f"       {note}")
 
 
 # -- plugins -----------------------------------------------------------------------------

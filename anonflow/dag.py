@@ -15,7 +15,7 @@ import networkx as nx
 
 from . import __version__
 from .builtins import BUILTINS, StaticInput
-from .errors import InputError, WorkflowError
+from .errors import AnonflowError, InputError, WorkflowError
 from .params import ParamError, suggest, validate_params
 from .plugins import Registered, Registry
 from .schema import CLASS, ROW
@@ -164,31 +164,65 @@ def _describe(spec: WorkflowSpec, src: SourceSpec) -> list[tuple[str, str]]:
         raise InputError(exc.message, where=spec.where(exc.where or f"source {src.name!r}")) from None
 
 
-def preview_typing(plan: Plan) -> dict[str, Any]:
-    """The typing each typing step fed directly by a source will produce, computed on the
-    data without storing anything (``anonflow plan`` prints it)."""
-    import numpy as np
-    import pyarrow as pa
+#: step kinds that only prepare data: ``anonflow plan`` runs them (in memory) to show what the
+#: algorithms will face.
+PREPARATION = ("source", "typing", "filter", "sample", "hierarchy")
 
-    from .api import StepContext
-    from .schema import ROW as _ROW
-    from .store import Store, read_source
 
+def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
+    """What ``anonflow plan`` shows beyond the parameters, computed on the data in a
+    throw-away in-memory store (nothing is written anywhere).
+
+    The preparation steps (sources, typing, filter, sample, hierarchy) whose inputs are all
+    preparation steps are run; their errors (a hierarchy missing a value, a bad grading...)
+    surface here, before anything runs for real. Returns, per step name: for a typing step,
+    ``{"typing", "summary", "notes"}``; for a hierarchy step, ``{"hierarchies", "notes"}``
+    (each column's builder, height and distinct values per level); for an algorithm fed by preparation steps only, its
+    :meth:`~anonflow.api.Algorithm.check` has passed and ``{"notes": [...]}`` holds its
+    :meth:`~anonflow.api.Algorithm.describe_plan` lines (the lattice's size, for one)."""
+    from .runner import Runner
+    from .store import Store
+
+    ready: list[str] = []
+    for name in plan.order:
+        node = plan.nodes[name]
+        if node.kind in PREPARATION and all(i in ready for i in node.inputs):
+            ready.append(name)
+    algorithms = [n for n in plan.order if plan.nodes[n].kind == "algorithm"
+                  and all(i in ready for i in plan.nodes[n].inputs)]
     out: dict[str, Any] = {}
+    if not any(plan.nodes[n].kind != "source" for n in ready):
+        return out
     scratch = Store(":memory:")
     try:
-        for name in plan.order:
+        sub = Plan(spec=plan.spec, graph=plan.graph.subgraph(ready).copy(), order=ready, nodes=plan.nodes)
+        try:
+            run = Runner(scratch, registry).run(plan.spec, use_cache=False, plan=sub)
+        except AnonflowError as exc:
+            exc.run_id = None  # type: ignore[attr-defined]  # the scratch run is not recorded anywhere
+            raise
+        tables = {s["step"]: s for s in scratch.steps(run.run_id)}
+        for name in ready:
             node = plan.nodes[name]
-            if node.kind != "typing" or plan.nodes[node.inputs[0]].kind != "source":
-                continue
-            src = plan.nodes[node.inputs[0]].source
-            data = read_source(src)
-            data = data.add_column(0, _ROW, pa.array(np.arange(data.num_rows), type=pa.int64()))
-            ctx = StepContext(step=name, seed=0, rng=np.random.default_rng(0), workflow_dir=plan.spec.base_dir,
-                              output_dir=plan.spec.base_dir,
-                              sql=lambda q, params=None, **t: scratch.sql(q, params, **t))
-            typed, summary = BUILTINS["typing"].run(data, node.params, ctx, plan.spec.where(f"step {name!r}"))
-            out[name] = {"typing": typed.typing, "summary": summary, "notes": ctx.notes}
+            if node.kind == "typing":
+                rec = tables[name]
+                summary = dict(rec["summary"] or {})
+                notes = summary.pop("notes", [])
+                out[name] = {"typing": scratch.get(rec["output_table"]).typing, "summary": summary, "notes": notes}
+            elif node.kind == "hierarchy":
+                summary = tables[name]["summary"] or {}
+                out[name] = {"hierarchies": summary.get("hierarchies", {}), "notes": summary.get("notes", [])}
+        for name in algorithms:
+            node = plan.nodes[name]
+            where = plan.spec.where(f"step {name!r}")
+            inputs = [scratch.get(tables[i]["output_table"]) for i in node.inputs]
+            algo = node.plugin.obj
+            try:
+                algo.check(node.params, table=inputs[0])
+                notes = [str(line) for line in algo.describe_plan(node.params, inputs[0])]
+            except AnonflowError as exc:
+                raise type(exc)(exc.message, where=exc.where or where) from None
+            out[name] = {"notes": notes}
     finally:
         scratch.close()
     return out

@@ -253,13 +253,20 @@ def test_store_in_use_is_a_clear_error(cli, project):
 
 def test_plan_shows_the_typing_it_will_use(cli, project):
     wf = census_workflow(project)
-    wf.write_text(wf.read_text().replace("quasi: [AFNLWGT,", "quasi: [{AFNLWGT: nominal},"))
+    text = wf.read_text()
+    wf.write_text(text.replace("quasi: [AFNLWGT,", "quasi: [{AFNLWGT: continuous},"))
     res = cli("plan", wf)
     assert res.exit_code == 0, res.output
-    assert "AFNLWGT: quasi nominal (declared)" in res.output
+    assert "AFNLWGT: quasi continuous (declared)" in res.output
     assert "AGI: quasi continuous (inferred)" in res.output
     typing = json.loads(cli("plan", wf, "--json").output)["steps"][1]["typing"]
     assert typing["attributes"][1] == {"name": "AGI", "role": "quasi", "type": "continuous", "source": "inferred"}
+    # the algorithm's input check runs on the previewed typing: a run that would fail fails here
+    wf.write_text(text.replace("quasi: [AFNLWGT,", "quasi: [{AFNLWGT: nominal},"))
+    res = cli("plan", wf)
+    assert res.exit_code == 2
+    assert "step 'grouped': mdav works on numbers only, but quasi-identifier 'AFNLWGT' is typed nominal" in res.output
+    assert res.output.count("\n") == 1
 
 
 def test_filter_and_sample_steps_count_what_they_remove(cli, project):

@@ -458,14 +458,38 @@ def test_workflow_with_an_unsatisfiable_model_names_the_least_violating_node(cli
     assert res.output.count("\n") == 1
 
 
-@pytest.mark.parametrize("name", ["arx-adult-k5.yaml", "mi-loss-adult.yaml", "l-incognito-adult.yaml"])
-def test_shipped_lattice_workflows_are_valid(cli, name):
+@pytest.mark.parametrize("name, size", [("arx-adult-k5.yaml", "6,480"), ("mi-loss-adult.yaml", "874,800"),
+                                        ("l-incognito-adult.yaml", "5,184"), ("gca-adult.yaml", "1,296")])
+def test_shipped_lattice_workflows_are_valid_and_plan_shows_the_lattice_size(cli, name, size):
     from .conftest import WORKFLOWS
 
-    if name == "l-incognito-adult.yaml" and not plugins.get_registry().has("metric", "l-diversity"):
-        pytest.skip("the l-diversity check plugin is not installed yet")
     res = cli("plan", WORKFLOWS / name)
     assert res.exit_code == 0, res.output
+    assert f"lattice: {size} nodes (" in res.output
+
+
+def test_plan_shows_the_lattice_size_and_runs_nothing(cli, tmp_path):
+    wf = lattice_workflow(tmp_path, {**AGE, **HIER}, lattice="{model_params: {k: 5}, suppression: 0.01}")
+    res = cli("plan", wf)
+    assert res.exit_code == 0, res.output
+    assert "lattice: 80 nodes (2 x 5 x 2 x 4 levels over sex, age, race, education)" in res.output
+    assert "searches 2,000 records for k-anonymity (k=5), at most 20 suppressed; best by loss" in res.output
+    assert "age: interval hierarchy with levels 0..4" in res.output
+    assert not list(tmp_path.glob("*.duckdb")) and not (tmp_path / "out").exists()
+    steps = {s["name"]: s for s in json.loads(cli("plan", wf, "--json").output)["steps"]}
+    assert steps["anon"]["notes"][0].startswith("lattice: 80 nodes")
+
+
+def test_plan_reports_bad_hierarchies_before_anything_runs(cli, tmp_path):
+    res = cli("plan", lattice_workflow(tmp_path, HIER))
+    assert res.exit_code == 2, res.output
+    assert "step 'anon': lattice: quasi-identifier 'age' has no generalization hierarchy" in res.output
+    assert res.output.count("\n") == 1 and "run " not in res.output
+    lines = (ARX / "adult_hierarchy_education.csv").read_text().splitlines()
+    short = write(tmp_path / "edu.csv", "\n".join(line for line in lines if not line.startswith("Bachelors")) + "\n")
+    res = cli("plan", lattice_workflow(tmp_path, {**AGE, **HIER, "education": f"{{arx: {short}}}"}))
+    assert res.exit_code == 2, res.output
+    assert "step 'hier': column 'education'" in res.output and "has no row for the value 'Bachelors'" in res.output
 
 
 @pytest.mark.slow
