@@ -1,4 +1,4 @@
-"""The lattice experiments behind docs/results-lattice.md.
+"""The lattice experiments behind docs/results.md.
 
 Run as a script::
 
@@ -124,7 +124,7 @@ def incognito() -> None:
             note = next(n for n in notes if "checked" in n)
             size, checked = note.split(" nodes")[0].split()[-1], note.split("checked ")[1].split(",")[0]
             classes = int(out.data.column("_class").to_numpy().max()) + 1
-            print(f"| {d} | {l} | {100 * rl:.2f} | {classes} | {checked} / {size} | `{node_of(notes)}` | "
+            print(f"| {d} | {l} | {100 * rl:.4f} | {classes} | {checked} / {size} | `{node_of(notes)}` | "
                   f"{seconds:.2f} |", flush=True)
 
 

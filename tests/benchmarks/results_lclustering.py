@@ -3,6 +3,7 @@
 Run as a script::
 
     python tests/benchmarks/results_lclustering.py sweep    # l = 2..12 at |QI| = 2, 5, 8
+    python tests/benchmarks/results_lclustering.py sweep 3,4,6,7   # ... at other |QI|
     python tests/benchmarks/results_lclustering.py reruns   # 20 seeds at |QI| = 5, l = 7
 
 It runs the ``l-clustering`` plugin as the step ``clustered`` of
@@ -59,12 +60,12 @@ def runner():
     return run
 
 
-def main(what: str) -> None:
+def main(what: str, dims: tuple[int, ...] = (2, 5, 8)) -> None:
     run = runner()
     if what == "sweep":
         print("| \\|QI\\| | l | L(D,D*) | RL (%) | classes | seconds |")
         print("| --- | --- | --- | --- | --- | --- |")
-        for d in (2, 5, 8):
+        for d in dims:
             for l in range(2, 13):
                 r = run(d, l, SEED)
                 print(f"| {d} | {l} | {r['loss']:.0f} | {r['rl']:.4f} | {r['classes']} | {r['seconds']:.1f} |",
@@ -79,4 +80,5 @@ def main(what: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "sweep")
+    main(sys.argv[1] if len(sys.argv) > 1 else "sweep",
+         tuple(int(x) for x in sys.argv[2].split(",")) if len(sys.argv) > 2 else (2, 5, 8))
