@@ -66,6 +66,7 @@ from anonflow.kernels.generalized import (
 )
 
 from . import __version__
+from .common import sensitive_attribute, sensitive_codes
 
 __all__ = ["LClustering", "GeneralizationLoss", "RelativeLoss", "l_clustering", "QISpace", "qi_space",
            "infer_resolution", "published_values"]
@@ -639,32 +640,6 @@ def l_clustering(values: np.ndarray, codes: np.ndarray, sensitive: np.ndarray, l
 # -- the plugins ----------------------------------------------------------------------------------
 
 
-def sensitive_column(table: TypedTable, plugin: str) -> str:
-    sens = table.typing.sensitive
-    if not sens:
-        raise InputError(f"{plugin} needs a sensitive attribute; name one under 'sensitive' in the typing step")
-    if len(sens) > 1:
-        raise InputError(f"{plugin} needs exactly one sensitive attribute, but the typing names {len(sens)}: "
-                         f"{', '.join(sens)}; keep one under 'sensitive'")
-    return sens[0]
-
-
-def sensitive_codes(table: TypedTable, column: str, plugin: str) -> np.ndarray:
-    """Codes of the sensitive values (in sort order of the values)."""
-    col = table.data.column(column)
-    if col.null_count:
-        raise InputError(f"{plugin}: sensitive column {column!r} has {col.null_count} missing value(s); the typing "
-                         "step's 'missing' policy must drop them or make them a category")
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
-    enc = pc.dictionary_encode(arr)
-    order = pc.array_sort_indices(enc.dictionary).to_numpy().astype(np.int64)
-    rank = np.empty(order.shape[0], dtype=np.int64)
-    rank[order] = np.arange(order.shape[0])
-    return rank[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
-
-
 def structured_names(name: str, typ: str) -> list[str]:
     """The structured columns published next to QI ``name`` of type ``typ``."""
     return [name + LO, name + HI] if typ in ORDERED else [name + SET]
@@ -689,7 +664,7 @@ class LClustering(Algorithm):
 
     def check(self, params: Mapping[str, Any], table: TypedTable, **_: Any) -> None:
         quasi = check_quasi(table, self.name)
-        s = sensitive_column(table, self.name)
+        s = sensitive_attribute(table, self.name)
         if s in quasi:  # a Typing cannot hold this; kept for tables built by hand
             raise InputError(f"column {s!r} cannot be both a quasi-identifier and the sensitive attribute")
         w = _weights(quasi, params.get("weights"), "weights")
@@ -711,7 +686,7 @@ class LClustering(Algorithm):
                                      "input already has a column of that name; rename or drop it")
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
-        s_name = sensitive_column(table, self.name)
+        s_name = sensitive_attribute(table, self.name)
         space = qi_space(table, params["weights"], params["resolution"])
         s_codes = sensitive_codes(table, s_name, self.name)
         advance = ctx.progress(table.num_rows, self.name)

@@ -30,7 +30,7 @@ import numpy as np
 from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from . import __version__
-from .metrics import aligned
+from .metrics import numeric_columns
 
 __all__ = ["Dld", "linked_records"]
 
@@ -71,15 +71,8 @@ class Dld(Metric):
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         assert original is not None
-        aligned(original, anonymized, self.name)
-        cols = params["columns"] or [a.name for a in original.typing.attributes
-                                     if a.role == "quasi" and a.type == "continuous"]
-        if not cols:
-            raise InputError("dld needs numeric columns: no continuous quasi-identifier is typed "
-                             "(type them continuous, or name them with columns:)")
-        for c in cols:
-            if c not in original.columns or c not in anonymized.columns:
-                raise InputError(f"dld: column {c!r} is not in both tables")
+        cols = numeric_columns(original, anonymized, params, self.name,
+                               hint=" (type them continuous, or name them with columns:)")
         try:
             Xo = original.numeric(cols)
             Xm = anonymized.numeric(cols)

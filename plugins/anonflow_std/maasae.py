@@ -57,6 +57,7 @@ from anonflow.kernels.distance import centroids
 from anonflow.kernels.encode import Continuous, Encoded, Nominal, Ordinal, Semantic, encode
 
 from . import __version__
+from .common import sensitive_attribute, sensitive_codes
 
 __all__ = ["Maasae", "maasae_partition", "record_scores", "entropy", "apf", "OBJECTIVES"]
 
@@ -976,34 +977,6 @@ def _join_leftovers(Q: _Classes, order: np.ndarray, objective: str, s_codes: np.
 # -- the plugin ------------------------------------------------------------------------------
 
 
-def sensitive_attribute(table: TypedTable, plugin: str, given: str | None = None) -> str:
-    """The one sensitive attribute (or ``given``), with a clear error otherwise."""
-    if given is not None:
-        if given not in table.columns:
-            raise InputError(f"{plugin}: sensitive column {given!r} is not in the table")
-        return given
-    sens = table.typing.sensitive
-    if not sens:
-        raise InputError(f"{plugin} needs a sensitive attribute; name one under 'sensitive' in the typing step")
-    if len(sens) > 1:
-        raise InputError(f"{plugin} needs exactly one sensitive attribute, but the typing names {len(sens)}: "
-                         f"{', '.join(sens)}; keep one under 'sensitive'")
-    return sens[0]
-
-
-def _sensitive_codes(table: TypedTable, column: str, plugin: str) -> tuple[np.ndarray, int]:
-    col = table.data.column(column)
-    if col.null_count:
-        raise InputError(f"{plugin}: sensitive column {column!r} has {col.null_count} missing value(s); the "
-                         "typing step's 'missing' policy must drop them or make them a category")
-    enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-    dictionary = enc.dictionary
-    order = pc.array_sort_indices(dictionary).to_numpy().astype(np.int64)
-    rank = np.empty(order.shape[0], dtype=np.int64)
-    rank[order] = np.arange(order.shape[0])
-    return rank[enc.indices.to_numpy(zero_copy_only=False)], int(len(dictionary))
-
-
 class Maasae(Algorithm):
     name = "maasae"
     version = __version__
@@ -1055,7 +1028,7 @@ class Maasae(Algorithm):
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
         self.check(params, table=table)
         s = sensitive_attribute(table, self.name)
-        s_codes, _ = _sensitive_codes(table, s, self.name)
+        s_codes = sensitive_codes(table, s, self.name)
         enc = encode(table)
         advance = ctx.progress(table.num_rows, "maasae")
         stats: dict[str, int] = {}

@@ -20,6 +20,25 @@ def aligned(original: TypedTable, anonymized: TypedTable, metric: str) -> None:
                          "from the same workflow")
 
 
+def numeric_columns(original: TypedTable, anonymized: TypedTable, params: Mapping[str, Any], metric: str,
+                    hint: str = "") -> list[str]:
+    """The columns a record-by-record numeric metric compares.
+
+    ``params["columns"]``, by default the continuous quasi-identifiers; both tables must hold
+    the same records (:func:`aligned`) and every column.  ``hint`` ends the error message
+    when there is no such column.
+    """
+    aligned(original, anonymized, metric)
+    cols = params["columns"] or [a.name for a in original.typing.attributes
+                                 if a.role == "quasi" and a.type == "continuous"]
+    if not cols:
+        raise InputError(f"{metric} needs numeric columns: no continuous quasi-identifier is typed{hint}")
+    for c in cols:
+        if c not in original.columns or c not in anonymized.columns:
+            raise InputError(f"{metric}: column {c!r} is not in both tables")
+    return cols
+
+
 def sql_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -37,14 +56,7 @@ class SseIl(Metric):
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         assert original is not None
-        aligned(original, anonymized, self.name)
-        cols = params["columns"] or [a.name for a in original.typing.attributes
-                                     if a.role == "quasi" and a.type == "continuous"]
-        if not cols:
-            raise InputError("sse-il needs numeric columns: no continuous quasi-identifier is typed")
-        for c in cols:
-            if c not in original.columns or c not in anonymized.columns:
-                raise InputError(f"sse-il: column {c!r} is not in both tables")
+        cols = numeric_columns(original, anonymized, params, self.name)
         Xo = original.numeric(cols)
         Xa = anonymized.numeric(cols)
         Zo, _ = zscores(Xo, cols)

@@ -91,7 +91,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -409,8 +409,7 @@ class _CentroidSum:
 
     Records taken since the last query are subtracted in one sum at the next query; the
     sum is recomputed from scratch whenever the number of remaining records halves, so
-    that rounding errors cannot accumulate.  ``on_resum`` and ``on_commit`` let an index
-    piggyback its own periodic maintenance.
+    that rounding errors cannot accumulate.
     """
 
     def __init__(self, x: FloatArray, alive: NDArray[np.bool_]) -> None:
@@ -446,8 +445,17 @@ class _CentroidSum:
         return self.col_sum / self.remaining
 
 
-class _EuclideanIndex(Index):
-    """Radial list (farthest from the centroid) and kd leaves (everything else)."""
+class _Radial(Protocol):
+    def delete(self, ids: IntArray) -> None: ...
+
+
+class _LeafIndex(Index):
+    """The bookkeeping of an index over kd leaves, a running centroid and a radial list.
+
+    A subclass sets ``radial`` and calls :meth:`_commit` before each centroid query.
+    """
+
+    radial: _Radial
 
     def __init__(self, x: FloatArray) -> None:
         self.x = x
@@ -457,9 +465,6 @@ class _EuclideanIndex(Index):
         self.sums = _CentroidSum(x, self.alive)
         self.pending: list[IntArray] = []
         self.leaves = _Leaves(x, _LEAF_SIZE)
-        self.radial = _RadialList(x, self.alive, self.sums.centroid())
-
-    # -- bookkeeping ---------------------------------------------------------------------
 
     def take(self, ids: IntArray) -> None:
         self.alive[ids] = False
@@ -479,9 +484,23 @@ class _EuclideanIndex(Index):
             self.leaves.shrink(np.concatenate(self.pending))
             self.pending.clear()
             self.leaves.compact()
+            self._resummed()
         elif len(self.pending) >= _SHRINK_EVERY:
             self.leaves.shrink(np.concatenate(self.pending))
             self.pending.clear()
+
+    def _resummed(self) -> None:
+        """Called by :meth:`_commit` after the centroid was re-summed and the leaves compacted."""
+
+
+class _EuclideanIndex(_LeafIndex):
+    """Radial list (farthest from the centroid) and kd leaves (everything else)."""
+
+    radial: _RadialList
+
+    def __init__(self, x: FloatArray) -> None:
+        super().__init__(x)
+        self.radial = _RadialList(x, self.alive, self.sums.centroid())
 
     # -- queries -------------------------------------------------------------------------
 
@@ -552,6 +571,27 @@ def _row_sums(sq: FloatArray) -> FloatArray:
     return out
 
 
+def _sort_by_key(
+    key: FloatArray, ids: IntArray, points: FloatArray, pos_of: IntArray
+) -> tuple[FloatArray, IntArray, FloatArray]:
+    """Order records ``ids`` (coordinates ``points[:, i]``) by increasing ``key``.
+
+    Only the ``_RADIAL_SORTED`` smallest keys are sorted (stably); the other
+    records follow in no particular order and get the last sorted key, which
+    bounds theirs from below.  Returns the keys, ids and contiguous points in
+    that order and sets ``pos_of[id]`` to each record's position.
+    """
+    top = min(_RADIAL_SORTED, ids.size)
+    order = key.argpartition(top - 1) if top < ids.size else np.arange(ids.size)
+    head = order[:top]
+    order[:top] = head[np.argsort(key[head], kind="stable")]
+    key = key[order]
+    key[top:] = key[top - 1]
+    ids = ids[order]
+    pos_of[ids] = np.arange(ids.size)
+    return key, ids, np.ascontiguousarray(points[:, order])
+
+
 class _RadialList:
     """Remaining records sorted by decreasing distance to an anchor point.
 
@@ -588,18 +628,10 @@ class _RadialList:
         points = self.x[ids].T
         diff = points - anchor[:, None]
         np.multiply(diff, diff, out=diff)
-        neg = -np.sqrt(_row_sums(diff))
-        top = min(_RADIAL_SORTED, ids.size)
-        order = neg.argpartition(top - 1) if top < ids.size else np.arange(ids.size)
-        head = order[:top]
-        order[:top] = head[np.argsort(neg[head], kind="stable")]
-        neg = neg[order]
-        neg[top:] = neg[top - 1]
+        self.neg_radius, self.ids, self.points = _sort_by_key(
+            -np.sqrt(_row_sums(diff)), ids, points, self.pos_of
+        )
         self.anchor = anchor.tolist()
-        self.neg_radius = neg
-        self.ids = ids[order]
-        self.points = np.ascontiguousarray(points[:, order])
-        self.pos_of[self.ids] = np.arange(ids.size)
         self.head = 0
 
     def delete(self, ids: IntArray) -> None:

@@ -81,12 +81,9 @@ import numpy as np
 
 from .microagg import (
     _FAR_LEAVES,
-    _LEAF_SIZE,
     _MARGIN,
     _NEAR_LEAVES,
-    _RADIAL_SORTED,
     _REBUILD_SCAN,
-    _SHRINK_EVERY,
     _TINY,
     Best,
     Extender,
@@ -94,8 +91,8 @@ from .microagg import (
     Index,
     IntArray,
     Similarity,
-    _CentroidSum,
-    _Leaves,
+    _LeafIndex,
+    _sort_by_key,
 )
 
 __all__ = ["Grey", "grey_scores"]
@@ -313,19 +310,9 @@ class _GreyRadial:
         ids = self.alive.nonzero()[0]
         points = self.x[ids].T
         D = np.abs(points - anchor[:, None])
-        b0 = _degree0(D, a)
-        top = min(_RADIAL_SORTED, ids.size)
-        order = b0.argpartition(top - 1) if top < ids.size else np.arange(ids.size)
-        head = order[:top]
-        order[:top] = head[np.argsort(b0[head], kind="stable")]
-        key = b0[order]
-        key[top:] = key[top - 1]
+        self.key, self.ids, self.points = _sort_by_key(_degree0(D, a), ids, points, self.pos_of)
         self.anchor = anchor.copy()
         self.a0 = a
-        self.key = key
-        self.ids = ids[order]
-        self.points = np.ascontiguousarray(points[:, order])
-        self.pos_of[self.ids] = np.arange(ids.size)
         self.head = 0
 
     def delete(self, ids: IntArray) -> None:
@@ -357,18 +344,15 @@ class _GreyRadial:
         return found
 
 
-class _GreyIndex(Index):
+class _GreyIndex(_LeafIndex):
     """kd leaves bounding ``B0`` per box, exact ``Dmin`` / ``Dmax``, a running centroid."""
 
+    radial: _GreyRadial
+
     def __init__(self, x: FloatArray, zeta: float) -> None:
-        self.x = x
+        super().__init__(x)
         self.zeta = zeta
-        self.n, self.m = x.shape
-        self.live = self.n
-        self.alive = np.ones(self.n, dtype=bool)
-        self.sums = _CentroidSum(x, self.alive)
-        self.pending: list[IntArray] = []
-        self.leaves = _Leaves(x, _LEAF_SIZE)
+        self.m = x.shape[1]
         self.cols = _SortedColumns(x, self.alive)
         self.radial = _GreyRadial(x, self.alive, zeta)
         ref = self._ref(self.sums.centroid())
@@ -377,27 +361,12 @@ class _GreyIndex(Index):
     # -- bookkeeping ---------------------------------------------------------------------
 
     def take(self, ids: IntArray) -> None:
-        self.alive[ids] = False
-        self.live -= ids.size
-        self.leaves.delete(ids)
-        self.sums.unsummed.append(ids)
+        super().take(ids)
         self.cols.dirty = True
 
-    def _maintain(self) -> None:
-        ids = self.sums.commit()
-        if ids is None:
-            return
-        self.radial.delete(ids)
-        self.pending.append(ids)
-        if self.sums.resummed:
-            self.leaves.shrink(np.concatenate(self.pending))
-            self.pending.clear()
-            self.leaves.compact()
-            if self.live:
-                self.cols.rebuild()
-        elif len(self.pending) >= _SHRINK_EVERY:
-            self.leaves.shrink(np.concatenate(self.pending))
-            self.pending.clear()
+    def _resummed(self) -> None:
+        if self.live:
+            self.cols.rebuild()
 
     # -- query machinery -----------------------------------------------------------------
 
@@ -502,7 +471,7 @@ class _GreyIndex(Index):
     # -- the loops' queries ----------------------------------------------------------------
 
     def farthest_from_centroid(self) -> int:
-        self._maintain()
+        self._commit()
         ref = self._ref(self.sums.centroid())
         return self.radial.least(ref.q, ref.a)
 
