@@ -35,6 +35,7 @@ class Param:
     :param kind: one of ``int``, ``float``, ``str``, ``bool``, ``list``, ``dict``, ``any``.
     :param default: the value used when the key is absent; :data:`REQUIRED` if it must be given.
     :param min: inclusive lower bound for numbers (``None``: unbounded).
+    :param above: exclusive lower bound for numbers (``above=0``: strictly positive).
     :param max: inclusive upper bound for numbers.
     :param choices: the allowed values, if the parameter is an enumeration.
     :param items: for ``list`` parameters, the kind of each item.
@@ -47,6 +48,7 @@ class Param:
     default: Any = REQUIRED
     min: float | None = None
     max: float | None = None
+    above: float | None = None
     choices: tuple[Any, ...] | None = None
     items: str | None = None
     nullable: bool = False
@@ -69,6 +71,8 @@ class Param:
             text += " in {" + ", ".join(map(str, self.choices)) + "}"
         if self.min is not None:
             text += f" >= {self.min}"
+        if self.above is not None:
+            text += f" > {self.above}"
         if self.max is not None:
             text += f" <= {self.max}"
         text += " (required)" if self.required else f" (default {self.default!r})"
@@ -82,6 +86,7 @@ class Param:
             "default": None if self.required else self.default,
             "min": self.min,
             "max": self.max,
+            "above": self.above,
             "choices": list(self.choices) if self.choices else None,
             "items": self.items,
             "help": self.help,
@@ -101,6 +106,8 @@ class Param:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if self.min is not None and value < self.min:
                 raise ParamError(f"expected {self._expected()}, got {value!r}")
+            if self.above is not None and not value > self.above:
+                raise ParamError(f"expected {self._expected()}, got {value!r}")
             if self.max is not None and value > self.max:
                 raise ParamError(f"expected {self._expected()}, got {value!r}")
         return value
@@ -110,8 +117,12 @@ class Param:
                 "list": "a list", "dict": "a mapping", "any": "a value"}[self.kind]
         if self.min is not None and self.max is not None:
             text += f" between {_num(self.min)} and {_num(self.max)}"
+        elif self.above is not None and self.max is not None:
+            text += f" in ({_num(self.above)}, {_num(self.max)}]"
         elif self.min is not None:
             text += f" >= {_num(self.min)}"
+        elif self.above is not None:
+            text += f" > {_num(self.above)}"
         elif self.max is not None:
             text += f" <= {_num(self.max)}"
         return text

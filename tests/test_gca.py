@@ -528,9 +528,9 @@ def test_sensitivity_distance_averages_the_classes_with_level_1_or_2():
 
 BAD = [
     ("alpha 0", "uniform", None, lambda t: t.replace("alpha: 0.5", "alpha: 0"),
-     "step 'grouped': parameter 'alpha' must be in (0, 1], got 0.0"),
+     "step 'grouped': parameter 'alpha': expected a number in (0, 1], got 0"),
     ("alpha above 1", "uniform", None, lambda t: t.replace("alpha: 0.5", "alpha: 1.5"),
-     "parameter 'alpha': expected a number between 0 and 1, got 1.5"),
+     "parameter 'alpha': expected a number in (0, 1], got 1.5"),
     ("alpha too small for the values", "uniform", None, lambda t: t.replace("alpha: 0.5", "alpha: 0.25"),
      "parameter 'alpha' = 0.25 needs at least 4 different values of 's' in each class, but 's' has only 3"),
     ("k larger than the table", "uniform", None, lambda t: t.replace("k: 2", "k: 50"),

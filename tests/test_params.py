@@ -36,6 +36,20 @@ def test_integral_float_is_an_int():
     assert validate_params(DECL, {"k": 5.0})["k"] == 5
 
 
+def test_an_exclusive_lower_bound():
+    zeta = (Param("zeta", "float", default=1.8, above=0),)
+    assert validate_params(zeta, {"zeta": 1e-9}) == {"zeta": 1e-9}
+    for bad in (0, -1):
+        with pytest.raises(ParamError, match=f"parameter 'zeta': expected a number > 0, got {bad}"):
+            validate_params(zeta, {"zeta": bad})
+    alpha = (Param("alpha", "float", above=0.0, max=1.0),)
+    assert validate_params(alpha, {"alpha": 1}) == {"alpha": 1.0}
+    with pytest.raises(ParamError, match=r"expected a number in \(0, 1\], got 0"):
+        validate_params(alpha, {"alpha": 0})
+    assert alpha[0].describe() == "alpha: float > 0.0 <= 1.0 (required)"
+    assert zeta[0].to_json()["above"] == 0
+
+
 def test_describe_is_compact():
     assert DECL[0].describe() == "k: int >= 2 (required)"
     assert DECL[1].describe() == "gamma: float >= 0.0 (default 0.2)"

@@ -39,8 +39,8 @@ GAMMA = Param("gamma", "float", default=0.2, min=0,
               help="gain factor of the extension test (V-MDAV: d_in < gamma*d_out; V-GRAV: gamma*b_in > b_out)")
 STOP = Param("stop", "str", default="k", choices=("k", "2k"),
              help="form groups while >= k records remain (SPEC section 8) or while >= 2k remain (seed 003)")
-ZETA = Param("zeta", "float", default=1.8, min=0,
-             help="distinguishing coefficient of the balanced adjacent degree (> 0)")
+ZETA = Param("zeta", "float", default=1.8, above=0,
+             help="distinguishing coefficient of the balanced adjacent degree")
 
 
 class _Microaggregation(Algorithm):
@@ -53,8 +53,6 @@ class _Microaggregation(Algorithm):
         continuous_quasi(table, self.name)
         if params["k"] > table.num_rows:
             raise InputError(f"parameter 'k' = {params['k']} is larger than the table ({table.num_rows} records)")
-        if "zeta" in params and not params["zeta"] > 0:
-            raise InputError(f"parameter 'zeta': expected a number > 0, got {params['zeta']!r}")
 
     def partition(self, Z: np.ndarray, params: Mapping[str, Any], report: Any, ctx: StepContext) -> np.ndarray:
         raise NotImplementedError

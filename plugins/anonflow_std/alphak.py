@@ -217,8 +217,8 @@ class AlphaKAnonymity(_AlphaCheck):
     description = ("(alpha,k)-anonymity (SPEC section 3): every class has >= k records and every sensitive value "
                    "at most alpha of them; DuckDB SQL over (class, value) counts.")
     params = (
-        Param("alpha", "float", default=None, nullable=True, min=0.0, max=1.0,
-              help="frequency bound in (0, 1] (default: the alpha the algorithm claims)"),
+        Param("alpha", "float", default=None, nullable=True, above=0.0, max=1.0,
+              help="frequency bound (default: the alpha the algorithm claims)"),
         Param("k", "int", default=None, nullable=True, min=1, help="class size (default: the claimed k, else 1)"),
         Param("sensitive", "str", default=None, nullable=True,
               help="the sensitive attribute (default: the only one typed)"),

@@ -348,7 +348,7 @@ class AlphaKGca(_Gca):
     description = ("(alpha,k)-GCA (SPEC section 7): greedy classes of >= k records in which every sensitive value "
                    "is at most alpha of the class; QI values kept exact for lossy-join publication.")
     params = _Gca.common + (
-        Param("alpha", "float", min=0.0, max=1.0, help="frequency bound of every sensitive value, in (0, 1]"),
+        Param("alpha", "float", above=0.0, max=1.0, help="frequency bound of every sensitive value"),
     )
 
     def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -357,8 +357,6 @@ class AlphaKGca(_Gca):
 
     def _check_bounds(self, params: Mapping[str, Any], table: TypedTable, s: str, distinct: int) -> None:
         alpha = params["alpha"]
-        if not 0 < alpha <= 1:
-            raise InputError(f"parameter 'alpha' must be in (0, 1], got {alpha!r}")
         need = math.ceil(1.0 / alpha - EPS)
         if need > distinct:
             raise InputError(f"parameter 'alpha' = {alpha:g} needs at least {need} different values of {s!r} in "
