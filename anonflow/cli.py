@@ -151,15 +151,21 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Override the workflow's seed.")
 @click.option("--set", "overrides", multiple=True, metavar="STEP.PARAM=VALUE", help="Override a step parameter.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--no-preview", is_flag=True,
+              help="Only validate the graph and parameters; do not run the preparation steps on the data.")
 @_guard
-def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: bool) -> None:
-    """Validate a workflow file and print its steps in execution order (runs nothing)."""
+def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: bool, no_preview: bool) -> None:
+    """Validate a workflow file and print its steps in execution order.
+
+    The preparation steps (typing, filter, sample, hierarchy) run on the data in memory to
+    preview the typing, the hierarchies and what each algorithm will face; nothing is stored
+    or published (--no-preview skips this)."""
     from .dag import preview
 
     spec = load_workflow(workflow, overrides, seed)
     registry = get_registry()
     p = build_plan(spec, registry)
-    previews = preview(p, registry)
+    previews = {} if no_preview else preview(p, registry)
     typings = {n: v for n, v in previews.items() if "typing" in v}
     if as_json:
         steps = [n.to_json() for n in p.steps()]

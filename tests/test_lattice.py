@@ -478,6 +478,8 @@ def test_plan_shows_the_lattice_size_and_runs_nothing(cli, tmp_path):
     assert not list(tmp_path.glob("*.duckdb")) and not (tmp_path / "out").exists()
     steps = {s["name"]: s for s in json.loads(cli("plan", wf, "--json").output)["steps"]}
     assert steps["anon"]["notes"][0].startswith("lattice: 80 nodes")
+    quick = cli("plan", wf, "--no-preview")
+    assert quick.exit_code == 0 and "nodes (" not in quick.output and "model_params" in quick.output
 
 
 def test_plan_reports_bad_hierarchies_before_anything_runs(cli, tmp_path):
