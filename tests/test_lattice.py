@@ -314,6 +314,26 @@ def test_any_metric_can_choose_among_the_minimal_nodes():
     assert f"test.discernibility = {chosen:.6g}" in " ".join(ctx.notes)
 
 
+def test_progress_counts_every_node_of_the_lattice_once():
+    t = adult(1000)
+    seen = []
+
+    def progress(total, label=""):
+        seen.append(("total", total, label))
+        return lambda n=1: seen.append(("advance", n))
+
+    for given in ({"model_params": {"k": 5}}, {"model_params": {"k": 5}, "suppression": 0.02}):
+        seen.clear()
+        ctx = make_context()
+        ctx.progress = progress
+        params = lattice_params(**given)
+        Lattice().run(t, params, ctx)
+        size = int(next(n for n in ctx.notes if " nodes (" in n).split("lattice: ")[1].split(" nodes")[0])
+        assert seen[0] == ("total", size, "lattice nodes")
+        steps = [n for kind, n, *_ in seen[1:]]
+        assert sum(steps) == size and all(n >= 0 for n in steps)
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 

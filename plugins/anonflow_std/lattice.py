@@ -463,15 +463,25 @@ class Lattice(Algorithm):
                                f"{ok.shape}, expected one bool per class ({part.sizes.shape[0]})")
             return ok
 
+        # progress: nodes resolved (checked, or tagged by monotonicity), counted at most every 0.2 s
+        advance = ctx.progress(space.size, "lattice nodes")
+        shown = [0, time.perf_counter()]
+
         def check(levels: tuple[int, ...]) -> Verdict:
             part = space.partition(levels)
             ok = holds(part)
             failing = int(part.sizes[~ok].sum())
+            now = time.perf_counter()
+            if now - shown[1] >= 0.2:
+                resolved = int(np.count_nonzero(search.flat))
+                advance(resolved - shown[0])
+                shown[:] = [resolved, now]
             return Verdict(failing <= limit, failing, len(part.sizes))
 
         monotone = bool(model.monotone and (limit == 0 or model.monotone_with_suppression))
         search = Search(space, check, monotone)
         search.run()
+        advance(space.size - shown[0])
         checked = len(search.verdicts)
         t_search = time.perf_counter() - t0
         if not monotone:
