@@ -303,6 +303,10 @@ class StepContext:
     store_table: Callable[[str, pa.Table], str] | None = None
     #: provider behind :meth:`run_info` (set by the runner)
     run_record: Callable[[], RunInfo] | None = None
+    #: in an evaluate step given [original, anonymized]: how many of the original's records
+    #: the algorithm suppressed (the metrics see only the published ones and their originals;
+    #: a metric may count the suppressed ones, e.g. as fully lost).
+    suppressed: int = 0
 
     def run_info(self) -> RunInfo:
         """The current run's record so far: the run row, its step runs in order, metric

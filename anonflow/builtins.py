@@ -563,6 +563,7 @@ class EvaluateStep(Builtin):
         if original is not None and anonymized.num_rows < original.num_rows and ROW in anonymized.columns:
             # records suppressed by the algorithm: compare the published ones with their originals
             kept = pc.is_in(original.data.column(ROW), value_set=anonymized.data.column(ROW).combine_chunks())
+            ctx.suppressed = original.num_rows - int(pc.sum(kept).as_py() or 0)
             original = original.replace(data=original.data.filter(kept))
         values: dict[str, float] = {}
         failures: list[str] = []

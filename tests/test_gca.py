@@ -377,6 +377,27 @@ def test_gca_adult_generalization_baseline_satisfies_alpha_k_and_loses_more(adul
     assert any("with reconstruction-distance = " in n for n in notes)
 
 
+def test_suppressed_records_count_as_lost_in_the_reconstruction_distance(tmp_path):
+    """per: level suppresses records; the evaluate step tells the metric how many, and
+    Dis over all 10,000 records counts each suppressed one as err = 1."""
+    from anonflow import plugins
+    from anonflow.cli import main
+
+    plugins.set_registry(None)
+    res = CliRunner().invoke(main, ["run", str(WORKFLOWS / "gca-adult.yaml"), "--db", str(tmp_path / "s.duckdb"),
+                                    "--out-dir", str(tmp_path), "--json", "--set", "graded.per=level"],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    m = json.loads(res.output)["metrics"]
+    key = "graded-scores.reconstruction-distance"
+    records, suppressed = m[f"{key}.records"], m[f"{key}.suppressed"]
+    assert suppressed > 0 and records + suppressed == 10000
+    assert m[f"{key}.with_suppressed"] == pytest.approx((m[key] * records + suppressed) / 10000, rel=1e-12)
+    assert m[f"{key}.with_suppressed"] > m[key]
+    # nothing suppressed, no extra values
+    assert "uniform-scores.reconstruction-distance.with_suppressed" not in m
+
+
 def test_lossy_join_pair_joined_on_class_id_gives_back_each_class(adult_run):
     folder, db, out = adult_run
     qi = pq.read_table(folder / "out" / "gca-adult-qi.parquet")

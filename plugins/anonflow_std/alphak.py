@@ -448,7 +448,8 @@ class ReconstructionDistance(Metric):
             data = published_part(anonymized)
             res = lossy_join_distance(ctx.sql, table_counts_sql(data.column_names, anonymized.typing.quasi, s),
                                       {"published": data})
-            return {n: res["dis"], f"{n}.records": res["records"], f"{n}.classes": res["classes"]}
+            return {n: res["dis"], f"{n}.records": res["records"], f"{n}.classes": res["classes"],
+                    **self._suppressed(res["dis"], res["records"], ctx)}
         if original is None:
             raise InputError("reconstruction-distance with form: generalized compares published with original "
                              "values: give the evaluate step two inputs, [original, anonymized]")
@@ -460,8 +461,18 @@ class ReconstructionDistance(Metric):
         for q in quasi:
             V *= covered_values(original, anonymized, q)
         err = 1.0 - 1.0 / V
-        return {n: float(err.mean()) if err.size else 0.0, f"{n}.records": float(err.size),
-                f"{n}.mean_cells": float(V.mean()) if V.size else 0.0}
+        dis = float(err.mean()) if err.size else 0.0
+        return {n: dis, f"{n}.records": float(err.size), f"{n}.mean_cells": float(V.mean()) if V.size else 0.0,
+                **self._suppressed(dis, err.size, ctx)}
+
+    def _suppressed(self, dis: float, records: float, ctx: StepContext) -> dict[str, float]:
+        """With records suppressed: Dis over all the original's records, a suppressed record
+        counting as err = 1 (nothing of it can be reconstructed)."""
+        if not ctx.suppressed:
+            return {}
+        total = records + ctx.suppressed
+        return {f"{self.name}.suppressed": float(ctx.suppressed),
+                f"{self.name}.with_suppressed": (dis * records + ctx.suppressed) / total}
 
 
 PLUGINS = [AlphaKAnonymity(), AlphaIKAnonymity(), SensitivityDistance(), ReconstructionDistance()]
