@@ -16,6 +16,7 @@ from anonflow import plugins
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, hookimpl
 from anonflow.params import validate_params
 from anonflow.testing import make_context, typed_table
+from anonflow_std.alphak import ReconstructionDistance
 from anonflow_std.hierarchies import ArxFile
 from anonflow_std.lattice import Lattice, Search, Space, Verdict, _group
 from anonflow_std.metrics import KAnonymity, sql_ident
@@ -200,12 +201,14 @@ def test_search_classifies_every_node_as_an_exhaustive_check_does(k, suppression
                 assert not sat[tuple(below)]
 
 
-def exhaustive(table, k, suppression, utility):
+def exhaustive(table, k, suppression, utility, given=None):
     """Independent optimum: every node generalized with Hierarchy.generalize (Arrow), classes
     counted in SQL, loss by the metric plugin; suppressed records count as loss 1."""
     from anonflow.plugins import get_registry
 
     metric = get_registry().get("metric", utility).obj
+    mparams = validate_params(metric.params, given if given is not None else
+                              ({"label": None} if utility == "mi-loss" else {}))
     quasi = table.typing.quasi
     hs = [table.hierarchies[q] for q in quasi]
     ctx = make_context()
@@ -223,7 +226,7 @@ def exhaustive(table, k, suppression, utility):
             continue
         anon = table.replace(data=data.filter(pa.array(keep)))
         orig = table.replace(data=table.data.filter(pa.array(keep)))
-        value = metric.compute(orig, anon, {"label": None} if utility == "mi-loss" else {}, ctx)[utility]
+        value = metric.compute(orig, anon, mparams, ctx)[utility]
         best = min(best, (keep.sum() * value + (~keep).sum()) / n)
     return best
 
@@ -246,6 +249,26 @@ def test_no_satisfying_node_has_less_loss_than_the_chosen_one(utility, k, suppre
     chosen = (pub.num_rows * value + n_supp) / t.num_rows
     assert chosen == pytest.approx(exhaustive(t, k, suppression, utility), abs=1e-12)
     assert any(f"with {utility} = " in note for note in ctx.notes)
+
+
+def test_any_metric_with_suppression_is_optimal_over_every_satisfying_node():
+    """reconstruction-distance (generalized form) counts suppressed records as err = 1
+    (.with_suppressed); with candidates: satisfying the lattice finds the exhaustive optimum."""
+    t = adult(800, quasi=("age", "sex", "race", "education"))
+    given = {"form": "generalized"}
+    best = exhaustive(t, 5, 0.05, "reconstruction-distance", given)
+    values = {}
+    for candidates in ("satisfying", "minimal"):
+        out, ctx = run_lattice(t, model_params={"k": 5}, suppression=0.05, utility="reconstruction-distance",
+                               utility_params=given, candidates=candidates)
+        pub = published(out)
+        orig = t.replace(data=t.data.filter(pc.is_in(t.data.column("_row"), value_set=pub.data.column("_row"))))
+        ctx.suppressed = t.num_rows - pub.num_rows
+        res = ReconstructionDistance().compute(orig, pub, validate_params(ReconstructionDistance.params, given), ctx)
+        values[candidates] = res.get("reconstruction-distance.with_suppressed", res["reconstruction-distance"])
+        assert f"reconstruction-distance = {values[candidates]:.6g}" in " ".join(ctx.notes)
+    assert values["satisfying"] == pytest.approx(best, abs=1e-12)
+    assert values["minimal"] >= values["satisfying"] - 1e-12
 
 
 def test_the_output_satisfies_the_model_checked_in_sql():

@@ -371,6 +371,9 @@ class Lattice(Algorithm):
         Param("utility_params", "dict", default={}, help="parameters of the utility metric, e.g. {label: income}"),
         Param("maximize", "bool", default=False,
               help="for a metric other than the built-in losses: higher is better"),
+        Param("candidates", "str", default="minimal", choices=("minimal", "satisfying"),
+              help="for a metric other than the built-in losses: score the minimal satisfying nodes, or every "
+                   "satisfying node (with suppression a coarser node may suppress fewer records and score better)"),
     )
 
     # -- parameters -------------------------------------------------------------------
@@ -498,7 +501,10 @@ class Lattice(Algorithm):
             lm = utility.model(table, uparams)
             best, value, evaluated = self._best_loss(space, search, lm, minimal, limit, holds)
         else:
-            best, value, evaluated = self._best_metric(space, search, minimal, holds, table, utility, uparams,
+            cand = minimal if params["candidates"] == "minimal" else np.flatnonzero(sat.reshape(-1))
+            # ties go to the lower node (fewer levels), then the first in lattice order
+            cand = cand[np.lexsort((cand, search.height[cand]))]
+            best, value, evaluated = self._best_metric(space, search, cand, holds, table, utility, uparams,
                                                        params["maximize"], ctx)
         levels = search.levels(best)
         part = space.partition(levels)
@@ -580,12 +586,12 @@ class Lattice(Algorithm):
                 best, best_value = idx, value
         return best, best_value, evaluated
 
-    def _best_metric(self, space: Space, search: Search, minimal: np.ndarray, holds, table: TypedTable,
+    def _best_metric(self, space: Space, search: Search, candidates: np.ndarray, holds, table: TypedTable,
                      utility: Metric, uparams: Mapping[str, Any], maximize: bool,
                      ctx: StepContext) -> tuple[int, float, int]:
-        """Materialize each minimal satisfying node and score it with ``utility``."""
+        """Materialize each candidate node and score it with ``utility`` (the first best wins)."""
         best, best_value = -1, None
-        for idx in minimal:
+        for idx in candidates:
             levels = search.levels(int(idx))
             part = space.partition(levels)
             ok = holds(part)
@@ -599,6 +605,7 @@ class Lattice(Algorithm):
             anonymized = table.replace(data=data.filter(keep))
             # as an evaluate step with [original, anonymized] does: every metric gets the original
             original = table.replace(data=table.data.filter(keep))
+            outer, ctx.suppressed = ctx.suppressed, int(space.n - int(part.sizes[ok].sum()))
             try:
                 result = utility.compute(original, anonymized, uparams, ctx)
             except InputError:
@@ -606,13 +613,17 @@ class Lattice(Algorithm):
             except Exception as exc:  # a third party's crash: say whose
                 raise RunError(f"lattice: utility metric {utility.name!r} failed on node {space.describe(levels)}: "
                                f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                ctx.suppressed = outer
             if utility.name not in result:
                 raise RunError(f"lattice: utility metric {utility.name!r} returned no value named {utility.name!r}")
-            value = float(result[utility.name])
+            # a metric that counts suppressed records (ctx.suppressed) is compared on that value,
+            # so a node cannot win by suppressing the records it would represent badly
+            value = float(result.get(f"{utility.name}.with_suppressed", result[utility.name]))
             better = best_value is None or (value > best_value if maximize else value < best_value)
             if better:
                 best, best_value = int(idx), value
-        return best, float(best_value), len(minimal)
+        return best, float(best_value), len(candidates)
 
 
 def _offers_partition(obj: Metric) -> bool:

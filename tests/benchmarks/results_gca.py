@@ -7,8 +7,9 @@ Run as a script::
 It runs workflows/gca-adult.yaml through the engine, exactly as ``anonflow run`` with
 ``--set`` does (one store, so unchanged steps come from the cache), for the settings of SPEC
 section 7, with the lattice baseline ('generalized') at 0 % suppression and at the
-suppression limits given, and prints Markdown rows: the reconstruction distance Dis of the
-three methods, the baseline's chosen node, its classes and suppressed records, and Ds(T_SA).
+suppression limits given (then scoring every satisfying node, ``candidates: satisfying``),
+and prints Markdown rows: the reconstruction distance Dis of the three methods (the
+baseline's over all 10,000 records, a suppressed one counting as err = 1), the baseline's chosen node, its classes and suppressed records, and Ds(T_SA).
 Importing the module runs nothing.
 """
 
@@ -29,6 +30,9 @@ def run(store_dir: Path, k: int, alpha: float, suppression: float) -> dict[str, 
 
     sets = [f"graded.k={k}", f"uniform.k={k}", f"uniform.alpha={alpha}", f"generalized.model_params.k={k}",
             f"generalized.model_params.alpha={alpha}", f"generalized.suppression={suppression}"]
+    if suppression:
+        # with suppression a coarser node may suppress fewer records: score every satisfying node
+        sets.append("generalized.candidates=satisfying")
     spec = load_workflow(WORKFLOW, sets)
     store = Store(store_dir / "results.duckdb")
     try:
@@ -41,7 +45,9 @@ def run(store_dir: Path, k: int, alpha: float, suppression: float) -> dict[str, 
     suppressed = next((s["rows"] for s in result.steps if s["step"] == "generalized"), None)
     return {"graded": m["graded-scores.reconstruction-distance"],
             "uniform": m["uniform-scores.reconstruction-distance"],
-            "generalized": m["generalized-scores.reconstruction-distance"],
+            # Dis over all 10,000 records, a suppressed one counting as err = 1
+            "generalized": m.get("generalized-scores.reconstruction-distance.with_suppressed",
+                                 m["generalized-scores.reconstruction-distance"]),
             "cells": m["generalized-scores.reconstruction-distance.mean_cells"],
             "classes": int(m["generalized-scores.k-anonymity.classes"]),
             "published": int(suppressed or 0),
