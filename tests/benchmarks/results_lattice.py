@@ -4,6 +4,7 @@ Run as a script::
 
     python tests/benchmarks/results_lattice.py accuracy    # seed 004 section 4: k x utility model
     python tests/benchmarks/results_lattice.py incognito   # seed 001's L-incognito: RL per l and |QI|
+    python tests/benchmarks/results_lattice.py mi-variants # MI Loss weights under binnings of numeric QIs
 
 ``accuracy`` runs the ``lattice`` plugin as workflows/mi-loss-adult.yaml does (same
 hierarchies), for k = 2, 3, 5, 10, each utility model and suppression 0 and 1 %, and scores
@@ -128,6 +129,45 @@ def incognito() -> None:
                   f"{seconds:.2f} |", flush=True)
 
 
+def mi_variants() -> None:
+    """Seed 004's MI Loss weights under discretizations of the numeric QIs (plug-in MI on
+    45,222 records): does binning explain the paper's weights?"""
+    import numpy as np
+
+    t = pacsv.read_csv(DATA / "adult" / "adult_full.csv")
+    col = {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names}
+    Y = np.array([str(v).rstrip(".") for v in col["income"]])
+    def H(codes):
+        p = np.bincount(codes)/len(codes); p=p[p>0]; return -(p*np.log2(p)).sum()
+    def MI(x, y):
+        xc = np.unique(x, return_inverse=True)[1].ravel(); yc = np.unique(y, return_inverse=True)[1].ravel()
+        return H(xc)+H(yc)-H(xc*(yc.max()+1)+yc)
+    qi = ["age","education-num","capital-gain","hours-per-week","race","relationship","workclass","native-country","marital-status","occupation","sex"]
+    paper = dict(zip(qi,[0.0355,0.0683,0.2976,0.0375,0.0225,0.1643,0.0281,0.0197,0.1828,0.0565,0.0870]))
+    def shares(cols):
+        m = {q: MI(cols[q], Y) for q in qi}
+        s = sum(m.values()); return {q: m[q]/s for q in qi}
+    def variant(f):
+        c = dict(col); c.update(f(c)); return c
+    num = ["age","education-num","capital-gain","hours-per-week"]
+    def deciles(c, q, k=10):
+        edges = np.unique(np.quantile(c[q], np.linspace(0,1,k+1)[1:-1]))
+        return np.searchsorted(edges, c[q], side="right")
+    V = {
+     "plug-in": col,
+     "width 5/2/1000/5": variant(lambda c: {"age": c["age"]//5, "education-num": c["education-num"]//2, "capital-gain": c["capital-gain"]//1000, "hours-per-week": c["hours-per-week"]//5}),
+     "width 10/4/10000/10": variant(lambda c: {"age": c["age"]//10, "education-num": c["education-num"]//4, "capital-gain": c["capital-gain"]//10000, "hours-per-week": c["hours-per-week"]//10}),
+     "deciles": variant(lambda c: {q: deciles(c, q) for q in num}),
+     "2 bins (median split)": variant(lambda c: {q: deciles(c, q, 2) for q in num}),
+    }
+    res = {k: shares(v) for k, v in V.items()}
+    print("| attribute | paper | " + " | ".join(V) + " |")
+    print("| --- | --- | " + " | ".join("---" for _ in V) + " |")
+    for q in qi:
+        print(f"| {q} | {paper[q]:.4f} | " + " | ".join(f"{res[k][q]:.4f}" for k in V) + " |")
+    print("| sum of \\|difference\\| to the paper | | " + " | ".join(f"{sum(abs(res[k][q]-paper[q]) for q in qi):.4f}" for k in V) + " |")
+
+
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "accuracy"
-    {"accuracy": accuracy, "incognito": incognito}[what]()
+    {"accuracy": accuracy, "incognito": incognito, "mi-variants": mi_variants}[what]()
