@@ -147,7 +147,7 @@ def adult_sample(n=1500):
 def test_classification_accuracy_of_published_labels():
     pytest.importorskip("sklearn")
     t = adult_sample()
-    params = {"label": None, "features": None, "folds": 3, "seed": 0, "max_iter": 1000}
+    params = {"label": None, "features": None, "folds": 3, "seed": 0, "max_iter": 1000, "classifier": "logistic"}
     base = ClassificationAccuracy().compute(None, t, params, make_context())
     assert 0.75 < base["classification-accuracy"] < 0.9
     assert base["classification-accuracy.majority"] == pytest.approx(0.75, abs=0.02)
@@ -168,13 +168,34 @@ def test_classification_accuracy_of_published_labels():
     assert again == low  # seeded folds, deterministic solver
 
 
+@pytest.mark.parametrize("classifier", ["logistic", "linear", "tree"])
+def test_classification_accuracy_classifiers_separate_a_separable_label(classifier):
+    """x = 0..9 (each 30 times), label = x >= 5: least squares on the +-1 label puts the
+    threshold at the mean, 4.5, so every classifier is right on every record; a label that
+    is noise cannot be learned (accuracy near the majority rate)."""
+    pytest.importorskip("sklearn")
+    from anonflow.params import validate_params
+
+    x = np.tile(np.arange(10), 30)
+    t = typed_table({"x": x.tolist(), "y": np.where(x >= 5, "hi", "lo").tolist()},
+                    quasi={"x": "continuous"}, label={"y": "nominal"})
+    params = validate_params(ClassificationAccuracy.params, {"classifier": classifier})
+    assert ClassificationAccuracy().compute(None, t, params, make_context())["classification-accuracy"] == 1.0
+    noise = np.random.default_rng(3).permutation(np.where(x >= 5, "hi", "lo"))
+    t2 = t.replace(data=t.data.set_column(2, "y", pa.array(noise)))
+    acc = ClassificationAccuracy().compute(None, t2, params, make_context())["classification-accuracy"]
+    assert acc < 0.65
+    with pytest.raises(Exception, match="expected one of 'logistic', 'linear', 'tree'"):
+        validate_params(ClassificationAccuracy.params, {"classifier": "svm"})
+
+
 def test_classification_accuracy_without_scikit_learn_says_what_to_install(monkeypatch):
     for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")] + ["sklearn"]:
         monkeypatch.setitem(sys.modules, name, None)
     t = adult_sample(300)
     with pytest.raises(InputError, match=r"pip install 'anonflow\[ml\]'"):
         ClassificationAccuracy().compute(None, t, {"label": None, "features": None, "folds": 3, "seed": 0,
-                                                   "max_iter": 100}, make_context())
+                                                   "max_iter": 100, "classifier": "logistic"}, make_context())
 
 
 def test_classification_accuracy_needs_a_varying_label():
@@ -183,4 +204,4 @@ def test_classification_accuracy_needs_a_varying_label():
                                              pa.array(["<=50K"] * 300)))
     with pytest.raises(InputError, match="label column 'income' is constant"):
         ClassificationAccuracy().compute(None, const, {"label": None, "features": None, "folds": 3, "seed": 0,
-                                                       "max_iter": 100}, make_context())
+                                                       "max_iter": 100, "classifier": "logistic"}, make_context())

@@ -398,8 +398,9 @@ def midpoints(h: Hierarchy, values: pa.Array | pa.ChunkedArray, column: str) -> 
 class ClassificationAccuracy(Metric):
     name = "classification-accuracy"
     version = __version__
-    description = ("k-fold cross-validated accuracy of a classifier (logistic regression) trained on the published "
-                   "table to predict the label (seed 004 section 4); needs scikit-learn: pip install 'anonflow[ml]'.")
+    description = ("k-fold cross-validated accuracy of a classifier (logistic regression, least-squares linear, or a "
+                   "decision tree) trained on the published table to predict the label (seed 004 section 4); needs "
+                   "scikit-learn: pip install 'anonflow[ml]'.")
     category = "utility"
     requires_original = False
     params = (
@@ -409,13 +410,17 @@ class ClassificationAccuracy(Metric):
         Param("folds", "int", default=3, min=2, help="cross-validation folds (stratified, shuffled)"),
         Param("seed", "int", default=0, min=0, help="seed of the fold assignment"),
         Param("max_iter", "int", default=1000, min=1, help="iterations of the logistic regression solver"),
+        Param("classifier", "str", default="logistic", choices=("logistic", "linear", "tree"),
+              help="logistic regression; linear: least-squares regression on the label, thresholded (the "
+                   "'linear regression' of seed 004); tree: a decision tree (seeded)"),
     )
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         try:
             from sklearn.compose import ColumnTransformer
-            from sklearn.linear_model import LogisticRegression
+            from sklearn.linear_model import LogisticRegression, RidgeClassifier
+            from sklearn.tree import DecisionTreeClassifier
             from sklearn.model_selection import StratifiedKFold, cross_val_score
             from sklearn.pipeline import make_pipeline
             from sklearn.preprocessing import OneHotEncoder, StandardScaler
@@ -466,7 +471,12 @@ class ClassificationAccuracy(Metric):
             parts.append(("numeric", StandardScaler(), num))
         if cat:
             parts.append(("categorical", OneHotEncoder(handle_unknown="ignore"), cat))
-        model = make_pipeline(ColumnTransformer(parts), LogisticRegression(max_iter=params["max_iter"]))
+        classifier = {"logistic": lambda: LogisticRegression(max_iter=params["max_iter"]),
+                      # least squares on the {-1, 1}-coded label (one column per class), predicted by the
+                      # largest output: linear regression used as a classifier; a tiny ridge keeps it defined
+                      "linear": lambda: RidgeClassifier(alpha=1e-6),
+                      "tree": lambda: DecisionTreeClassifier(random_state=params["seed"])}[params["classifier"]]()
+        model = make_pipeline(ColumnTransformer(parts), classifier)
         folds = StratifiedKFold(n_splits=params["folds"], shuffle=True, random_state=params["seed"])
         scores = cross_val_score(model, X, y, cv=folds, scoring="accuracy")
         return {self.name: float(scores.mean()), f"{self.name}.std": float(scores.std()),
