@@ -40,6 +40,7 @@ minimal satisfying node.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
@@ -605,16 +606,14 @@ class Lattice(Algorithm):
             anonymized = table.replace(data=data.filter(keep))
             # as an evaluate step with [original, anonymized] does: every metric gets the original
             original = table.replace(data=table.data.filter(keep))
-            outer, ctx.suppressed = ctx.suppressed, int(space.n - int(part.sizes[ok].sum()))
+            node_ctx = dataclasses.replace(ctx, suppressed=int(space.n - part.sizes[ok].sum()))
             try:
-                result = utility.compute(original, anonymized, uparams, ctx)
+                result = utility.compute(original, anonymized, uparams, node_ctx)
             except InputError:
                 raise
             except Exception as exc:  # a third party's crash: say whose
                 raise RunError(f"lattice: utility metric {utility.name!r} failed on node {space.describe(levels)}: "
                                f"{type(exc).__name__}: {exc}") from exc
-            finally:
-                ctx.suppressed = outer
             if utility.name not in result:
                 raise RunError(f"lattice: utility metric {utility.name!r} returned no value named {utility.name!r}")
             # a metric that counts suppressed records (ctx.suppressed) is compared on that value,
