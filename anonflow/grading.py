@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import yaml
 
 from .errors import InputError, WorkflowError
+from .spec import load_yaml
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def load_grading(spec: Any, base_dir: Path, *, where: str) -> dict[str, Any]:
         except OSError:
             raise WorkflowError(f"grading file not found: {path}", where=where) from None
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text)
         except yaml.YAMLError as exc:
             raise WorkflowError(f"grading file {path} is not valid YAML: {str(exc).splitlines()[0]}",
                                 where=where) from None

@@ -89,6 +89,40 @@ def _check_keys(path: Path, data: Mapping, allowed: Iterable[str], *where: str) 
             raise _err(path, f"unknown key {key!r}{suggest(str(key), allowed)}; expected one of {', '.join(allowed)}", *where)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping key given twice (PyYAML keeps the last one
+    silently: a step written twice, or ``k: 5`` then ``k: 2``, would run the wrong workflow)."""
+
+
+def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: let PyYAML report it
+            continue
+        if first is not None:
+            raise DuplicateKeyError(key, first, key_node.start_mark)
+        seen[key] = key_node.start_mark
+    return loader.construct_mapping(node, deep=deep)
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: Any, first: Any, mark: Any) -> None:
+        super().__init__(f"key {key!r} appears twice (first at line {first.line + 1})")
+        self.key, self.first, self.mark = key, first, mark
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML text, refusing duplicate keys (raises ``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def parse_override(text: str) -> tuple[str, str, Any]:
     """Parse ``STEP.PARAM=VALUE`` (VALUE is read as YAML, so ``k=10`` is an integer)."""
     key, sep, raw = text.partition("=")
@@ -96,7 +130,9 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     if not sep or not dot or not step or not param:
         raise WorkflowError(f"--set {text!r}: expected STEP.PARAM=VALUE, for example grouped.k=10")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
+    except DuplicateKeyError as exc:
+        raise WorkflowError(f"--set {text!r}: {exc}") from None
     except yaml.YAMLError:
         value = raw
     return step.strip(), param.strip(), value
@@ -132,7 +168,10 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkflowError(f"cannot read workflow file {path}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except DuplicateKeyError as exc:
+        raise _err(path, f"line {exc.mark.line + 1}, column {exc.mark.column + 1}: {exc}; "
+                         "each step, source and parameter may be given once") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
