@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,6 +31,7 @@ from anonflow.api import CLASS, InputError, Output, Param, Publisher, StepContex
 from . import __version__
 from .alphak import sensitive_column
 from .metrics import sql_ident
+from .publishers import csv_columns
 
 
 def split_tables(table: TypedTable, sensitive: str, sql: Any, class_column: str = "class_id",
@@ -61,9 +62,46 @@ def split_tables(table: TypedTable, sensitive: str, sql: Any, class_column: str 
     return qi, sa
 
 
+#: what the two k figures of a lossy-join publication mean (manifest, report, verify)
+K_MEANING = ("class_k: k-anonymity of the classes (records per class id), not of the QI values -- what the lossy "
+             "join guarantees for linking a record to a sensitive value; qi_table_k: the smallest group of identical "
+             "QI tuples in the published QI table, class id ignored -- the QI table's k as an attacker sees it (the "
+             "QI values are published exactly, so it may be 1)")
+
+
+def k_figures(qi: pa.Table, quasi: Sequence[str], class_column: str, sql: Any) -> dict[str, float | None]:
+    """The two k figures of a QI table: ``class_k`` (smallest class, by class id),
+    ``qi_table_k`` (smallest group of identical QI tuples, class id ignored) and
+    ``qi_table_unique_records`` (records whose QI tuple no other record shares); see
+    :data:`K_MEANING`. None for an empty table."""
+    q = [c for c in quasi if c in qi.column_names and c != class_column]
+    cls = sql_ident(class_column)
+    group = f"GROUP BY {', '.join(sql_ident(c) for c in q)}" if q else ""
+    row = sql(f"""
+        WITH c AS (SELECT count(*) AS n FROM qi GROUP BY {cls}),
+             g AS (SELECT count(*) AS n FROM qi {group})
+        SELECT (SELECT min(n) FROM c) AS class_k, (SELECT min(n) FROM g WHERE n > 0) AS qi_table_k,
+               (SELECT count(*) FROM g WHERE n = 1) AS unique_records
+    """, qi=qi.select([*q, class_column])).to_pylist()[0]
+    empty = qi.num_rows == 0
+    return {"class_k": None if empty else float(row["class_k"]),
+            "qi_table_k": None if empty else float(row["qi_table_k"]),
+            "qi_table_unique_records": float(row["unique_records"] or 0)}
+
+
+def k_sentence(ks: Mapping[str, float | None]) -> str:
+    """The two k figures in words (the run's note, the report, verify)."""
+    def n(v: float | None) -> str:
+        return "-" if v is None else f"{v:g}"
+    return (f"k-anonymity of the classes (records per class id) = {n(ks['class_k'])}, not of the QI values: the "
+            f"published QI table's smallest group of identical QI tuples holds {n(ks['qi_table_k'])} record(s) "
+            f"(its k as an attacker sees it; {n(ks['qi_table_unique_records'])} record(s) have a unique QI tuple)")
+
+
 class LossyJoin(Publisher):
     name = "lossy-join"
     version = __version__
+    outputs = ("path", "qi_path", "sa_path")
     description = ("Lossy-join publication (SPEC section 7): a QI table (exact QI values + class id) and an SA "
                    "table (class id, sensitive value, count), as files and in the store.")
     params = (
@@ -109,15 +147,17 @@ class LossyJoin(Publisher):
 
                 def write(tmp: Path, d: pa.Table = data_m) -> None:
                     pq.write_table(d, str(tmp), compression="zstd")
-            else:
-                def write(tmp: Path, d: pa.Table = data) -> None:
+            else:  # text cells that a spreadsheet would read as a formula get a leading ' (publishers.py)
+                def write(tmp: Path, d: pa.Table = csv_columns(data)) -> None:
                     pacsv.write_csv(d, str(tmp), write_options=pacsv.WriteOptions(include_header=True))
             digest = atomic_write(path, write)
             outputs.append(Output(str(path), digest, data.num_rows))
             if params["store"] and ctx.store_table is not None:
                 ctx.store_table(role, data)
+        ks = k_figures(qi, table.typing.quasi, params["class_column"], ctx.sql)
         ctx.note(f"lossy-join: {qi.num_rows} QI rows, {sa.num_rows} (class, {s}) counts in "
-                 f"{pc.count_distinct(qi.column(params['class_column'])).as_py()} classes")
+                 f"{pc.count_distinct(qi.column(params['class_column'])).as_py()} classes; "
+                 + k_sentence(ks))
         return outputs
 
 

@@ -1,4 +1,11 @@
-"""Publishers: CSV and Parquet files, written atomically and deterministically."""
+"""Publishers: CSV and Parquet files, written atomically and deterministically.
+
+Every CSV file anonflow writes (this ``csv`` publisher, the ``lossy-join`` publisher's CSV
+files, a release's CSV files) guards against CSV formula injection: a text cell that begins
+with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return is written with a single quote
+``'`` in front (OWASP's advice), so a spreadsheet shows it as text instead of evaluating it.
+Only text columns are escaped; numbers, booleans and dates never are. The ``csv`` publisher
+can turn this off (``escape_formulas: false``); releases always escape."""
 
 from __future__ import annotations
 
@@ -16,8 +23,41 @@ from anonflow.api import Output, Param, Publisher, StepContext, TypedTable, atom
 from . import __version__
 
 
+#: text cells that a spreadsheet would read as a formula (OWASP: CSV injection)
+FORMULA_START = r"^[=+\-@\t\r]"
+
+
 def _is_nested(t: pa.DataType) -> bool:
     return pa.types.is_nested(t)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def escape_formulas(arr: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A text column with ``'`` put in front of every cell that begins with ``=``, ``+``,
+    ``-``, ``@``, a tab or a carriage return (null stays null); vectorized."""
+    starts = pc.match_substring_regex(arr, FORMULA_START)
+    return pc.if_else(starts, pc.binary_join_element_wise(pa.scalar("'", arr.type), arr, pa.scalar("", arr.type)), arr)
+
+
+def csv_columns(data: pa.Table, json_text: Any = None, escape: bool = True) -> pa.Table:
+    """``data`` as CSV writes it: dictionary columns decoded, nested columns as JSON text
+    (``json_text``, default :func:`_json_text`), and with ``escape`` every text column's
+    formula-like cells escaped (:func:`escape_formulas`)."""
+    to_json = json_text or _json_text
+    for i, f in enumerate(data.schema):
+        col = data.column(i)
+        if pa.types.is_dictionary(f.type):
+            col = col.cast(f.type.value_type)
+        if _is_nested(col.type):
+            col = to_json(col)
+        if escape and _is_text(col.type):
+            col = escape_formulas(col)
+        if col is not data.column(i):
+            data = data.set_column(i, f.name, col)
+    return data
 
 
 def _json_text(arr: pa.Array) -> pa.Array:
@@ -41,12 +81,15 @@ def _json_text(arr: pa.Array) -> pa.Array:
 class CsvPublisher(Publisher):
     name = "csv"
     version = __version__
-    description = "Write the table as a CSV file (header row, minimal quoting)."
+    description = ("Write the table as a CSV file (header row, minimal quoting; text cells that a spreadsheet would "
+                   "read as a formula are escaped with a leading ').")
     params = (
         Param("path", "str", help="output file, relative to --out-dir or the workflow file's folder"),
         Param("delimiter", "str", default=",", help="field separator (one character)"),
         Param("nested", "str", default="json", choices=("json", "drop"),
               help="list/struct columns, which CSV cannot hold: write each cell as JSON text, or drop the column"),
+        Param("escape_formulas", "bool", default=True,
+              help="put ' in front of text cells beginning with =, +, -, @, tab or carriage return (CSV injection)"),
     )
 
     def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[Output]:
@@ -56,9 +99,7 @@ class CsvPublisher(Publisher):
         if nested and params["nested"] == "drop":
             data = data.drop_columns(nested)
             ctx.note(f"csv: nested column(s) {', '.join(nested)} dropped (nested: drop)")
-        else:
-            for name in nested:
-                data = data.set_column(data.column_names.index(name), name, _json_text(data.column(name)))
+        data = csv_columns(data, escape=params["escape_formulas"])
         opts = pacsv.WriteOptions(include_header=True, delimiter=params["delimiter"])
         digest = atomic_write(path, lambda tmp: pacsv.write_csv(data, str(tmp), write_options=opts))
         return [Output(str(path), digest, table.num_rows)]

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import base64
 import json
 import math
 import os
+import posixpath
 import re
 import shutil
 import tempfile
@@ -49,11 +51,15 @@ from anonflow.api import (CLASS, ROW, InputError, Output, Param, Publisher, RunE
 from . import __version__
 from . import report as report_mod
 from .alphak import pair_consistency_sql, sensitive_column
-from .lossyjoin import split_tables
+from .lossyjoin import K_MEANING, k_figures, split_tables
+from .publishers import csv_columns
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 REPORT = "report.html"
+#: the Ed25519 signature of manifest.json's bytes (base64, one line), in a signed release
+SIGNATURE = "manifest.sig"
+SIGN_EXTRA = "the cryptography package is not installed: pip install 'anonflow[sign]'"
 #: manifest sections whose digests are recorded one entry deep (list items, mapping keys)
 _TYPING_KEY = "anonflow.typing"
 _RELEASE_KEY = "anonflow.release"
@@ -124,10 +130,50 @@ def _json_cells(arr: pa.ChunkedArray) -> pa.Array:
 
 
 def csv_ready(data: pa.Table) -> pa.Table:
-    for i, f in enumerate(data.schema):
-        if pa.types.is_nested(f.type):
-            data = data.set_column(i, f.name, _json_cells(data.column(f.name)))
-    return data
+    """``data`` as a release's CSV holds it: nested values as JSON text, and text cells that a
+    spreadsheet would read as a formula escaped with a leading ``'`` (always, in a release)."""
+    return csv_columns(data, json_text=_json_cells, escape=True)
+
+
+def read_csv_text(path: Path, ncols: int) -> pa.Table:
+    """A CSV file with every cell as text, exactly as written: an unquoted empty cell is null,
+    a quoted one the empty string; nothing else is read as null. The header is row 0 (so it
+    can be compared too); columns are ``f0``, ``f1``, ..."""
+    names = [f"f{i}" for i in range(max(ncols, 1))]
+    return pacsv.read_csv(str(path), read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+                          convert_options=pacsv.ConvertOptions(
+                              column_types={n: pa.string() for n in names}, null_values=[""],
+                              strings_can_be_null=True, quoted_strings_can_be_null=False))
+
+
+def csv_difference(path: Path, data: pa.Table) -> str | None:
+    """How the CSV file at ``path`` differs from the records of ``data`` (its Parquet partner,
+    as read back), or None when it holds exactly them: the same header, row count and cells.
+    The expected cells are ``data`` rendered as the writer renders it (:func:`csv_ready`, then
+    Arrow's cast to text, which its CSV writer uses for numbers, booleans and dates), compared
+    as text, with nulls (unquoted empty cells) compared as nulls; vectorized."""
+    expected = csv_ready(data.replace_schema_metadata(None))
+    got = read_csv_text(path, expected.num_columns)
+    if got.num_columns != expected.num_columns:
+        return f"has {got.num_columns} columns; its Parquet partner has {expected.num_columns}"
+    header = [got.column(i)[0].as_py() if got.num_rows else None for i in range(got.num_columns)]
+    if header != expected.column_names:
+        return f"its header is {header}; its Parquet partner's columns are {expected.column_names}"
+    got = got.slice(1)
+    if got.num_rows != expected.num_rows:
+        return f"holds {got.num_rows} records; its Parquet partner holds {expected.num_rows}"
+    for i, name in enumerate(expected.column_names):
+        want = expected.column(i)
+        want = want if pa.types.is_string(want.type) else pc.cast(want, pa.string())
+        have = got.column(i)
+        want_null, have_null = pc.is_null(want), pc.is_null(have)
+        ok = pc.if_else(pc.or_(want_null, have_null), pc.and_(want_null, have_null), pc.equal(want, have))
+        bad = pc.indices_nonzero(pc.invert(ok))
+        if len(bad):
+            r = bad[0].as_py()
+            return (f"record {r + 1}, column {name!r}: the CSV holds {have[r].as_py()!r}, its Parquet partner "
+                    f"{want[r].as_py()!r} ({len(bad)} cell(s) differ)")
+    return None
 
 
 def write_parquet(path: Path, data: pa.Table, metadata: Mapping[str, str], compression: str) -> None:
@@ -279,7 +325,7 @@ def file_rows(path: Path, fmt: str) -> int:
     if fmt == "parquet":
         return pq.ParquetFile(str(path)).metadata.num_rows
     if fmt == "csv":
-        return pacsv.read_csv(str(path)).num_rows
+        return max(read_csv_text(path, 1).num_rows - 1, 0)
     return 0
 
 
@@ -299,6 +345,12 @@ def run_file_checks(release: Path, manifest: Mapping[str, Any], checks: list[dic
                     "params": {"class_column": info["class_column"], "count_column": info["count_column"]},
                     "evaluated": None, "plugin": {"distribution": "anonflow", "version": __version__},
                     "recheck": True, "result": {"inconsistent_classes": float(bad)}, "holds": bad == 0})
+        typing = _typing_of(qi, manifest, fq["path"])
+        out.append({"check": "lossy-join-k", "params": {"class_column": info["class_column"],
+                                                        "quasi": list(typing.quasi)},
+                    "evaluated": None, "plugin": {"distribution": "anonflow", "version": __version__},
+                    "recheck": True, "result": k_figures(qi, typing.quasi, info["class_column"], sql), "holds": None,
+                    "meaning": K_MEANING})
     table = load_release_table(release, manifest)
     ctx = report_mod.scratch_context(sql, release, "verify")
     for c in checks:
@@ -311,6 +363,115 @@ def run_file_checks(release: Path, manifest: Mapping[str, Any], checks: list[dic
             entry.update(result=result, holds=None if h is None else h == 1.0)
         out.append(entry)
     return out
+
+
+# -- signatures (Ed25519, the cryptography package: the 'sign' extra) ------------------------
+
+
+def _crypto() -> tuple[Any, Any]:
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:
+        raise InputError(f"signed releases need Ed25519 signatures, but {SIGN_EXTRA}") from None
+    return ed25519, serialization
+
+
+def _read_key_file(path: Path, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{what} {path} not found") from None
+    except OSError as exc:
+        raise InputError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+
+
+def load_private_key(path: Path) -> Any:
+    """An Ed25519 private key from a PEM file (as ``anonflow keygen`` writes it)."""
+    ed25519, serialization = _crypto()
+    data = _read_key_file(path, "signing key")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise InputError(f"signing key {path} is encrypted; give an unencrypted Ed25519 key "
+                         "(anonflow keygen writes one)") from None
+    except Exception:
+        raise InputError(f"signing key {path} is not a PEM private key (anonflow keygen writes one)") from None
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
+        raise InputError(f"signing key {path} is not an Ed25519 key (anonflow keygen writes one)")
+    return key
+
+
+def load_public_key(path: Path) -> Any:
+    """An Ed25519 public key from a PEM file (``KEY.pub`` of ``anonflow keygen KEY``)."""
+    ed25519, serialization = _crypto()
+    data = _read_key_file(path, "public key")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except Exception:
+        raise InputError(f"public key {path} is not a PEM public key (give the .pub file anonflow keygen "
+                         "wrote)") from None
+    if not isinstance(key, ed25519.Ed25519PublicKey):
+        raise InputError(f"public key {path} is not an Ed25519 key")
+    return key
+
+
+def key_fingerprint(public_key: Any) -> str:
+    """sha256 of the raw 32-byte Ed25519 public key, hex."""
+    _, serialization = _crypto()
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def keygen(path: Path) -> tuple[Path, str]:
+    """Write a new Ed25519 key pair: ``path`` (private key, PEM PKCS#8, mode 0600) and
+    ``path.pub`` (public key, PEM); refuse to overwrite either. Return (public path, fingerprint)."""
+    ed25519, serialization = _crypto()
+    path = Path(path)
+    pub = path.with_name(path.name + ".pub")
+    for p in (path, pub):
+        if p.exists() or p.is_symlink():
+            raise InputError(f"{p} already exists; anonflow keygen never overwrites a key file")
+    if not path.parent.is_dir():
+        raise InputError(f"folder {path.parent} does not exist")
+    key = ed25519.Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    written = []
+    try:
+        for p, data, mode in ((path, private, 0o600), (pub, public, 0o644)):
+            try:
+                fd = os.open(str(p), os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            except FileExistsError:
+                raise InputError(f"{p} already exists; anonflow keygen never overwrites a key file") from None
+            written.append(p)
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), mode)
+                fh.write(data)
+    except BaseException:
+        for p in written:
+            p.unlink(missing_ok=True)
+        raise
+    return pub, key_fingerprint(key.public_key())
+
+
+def _signature_b64(key: Any, data: bytes) -> bytes:
+    return base64.b64encode(key.sign(data)) + b"\n"
+
+
+def _inside(p: Any) -> str | None:
+    """``p`` as a normalized relative POSIX path that stays inside its base folder, or None
+    (absolute, a drive, empty, a NUL byte, or climbing out with ``..``)."""
+    if not isinstance(p, str) or not p or "\0" in p or len(p) > 4096:
+        return None
+    q = p.replace("\\", "/")
+    if q.startswith("/") or os.path.isabs(p) or re.match(r"^[A-Za-z]:", q):
+        return None
+    norm = posixpath.normpath(q)
+    if norm in (".", "..") or norm.startswith("../"):
+        return None
+    return norm
 
 
 # -- the publisher ---------------------------------------------------------------------------
@@ -332,12 +493,19 @@ class Release(Publisher):
         Param("class_column", "str", default="class_id", help="lossy-join: name of the class id column"),
         Param("count_column", "str", default="count", help="lossy-join: name of the SA table's count column"),
         Param("compression", "str", default="zstd", choices=("zstd", "snappy", "gzip", "none")),
+        Param("sign", "str", default=None, nullable=True,
+              help="Ed25519 private key file (anonflow keygen), relative to the workflow's folder: sign manifest.json "
+                   "(manifest.sig); the manifest records the public key's sha256, never the key or its path"),
     )
 
     def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **_: Any) -> None:
         if os.path.isabs(params["path"]):
             raise InputError(f"release: 'path' must be relative (to --out-dir or the workflow's folder), got "
                              f"{params['path']!r}: a release is re-run into a scratch folder by 'anonflow verify --rerun'")
+        if params.get("sign") is not None and _inside(params["sign"]) is None:
+            raise InputError(f"release: 'sign' must be a key file inside the workflow's folder, given relative to it "
+                             f"(no absolute path, no '..'), got {params['sign']!r}: 'anonflow verify --rerun' re-runs "
+                             "the workflow in a scratch folder")
         if not _NAME.match(params["name"]):
             raise InputError(f"release: 'name' must be a plain file name stem, got {params['name']!r}")
         if params["class_column"] == params["count_column"]:
@@ -351,6 +519,7 @@ class Release(Publisher):
         self.check(params)
         info = ctx.run_info()
         registry = get_registry()
+        key = load_private_key(info.workflow_dir / params["sign"]) if params.get("sign") is not None else None
         target = ctx.resolve_output(params["path"])
         if target.exists() and not (target / MANIFEST).is_file():
             raise InputError(f"release path {params['path']!r} ({target}) exists and is not a release (no {MANIFEST}); "
@@ -362,20 +531,23 @@ class Release(Publisher):
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            manifest = self.build(tmp, table, params, info, ctx, registry, target)
+            manifest = self.build(tmp, table, params, info, ctx, registry, target, key=key)
             swap_into_place(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         outputs = [Output(str(target / f["path"]), f["sha256"], f["rows"]) for f in manifest["files"]]
         outputs.append(Output(str(target / MANIFEST), file_sha256(target / MANIFEST), 0))
+        if key is not None:
+            outputs.append(Output(str(target / SIGNATURE), file_sha256(target / SIGNATURE), 0))
         ctx.note(f"release: {len(manifest['files'])} files and {MANIFEST} in {params['path']} "
                  f"({len(manifest['checks'])} privacy check(s) re-run on the published files)")
         return outputs
 
     def build(self, out: Path, table: TypedTable, params: Mapping[str, Any], info: RunInfo, ctx: StepContext,
-              registry: Any, target: Path) -> dict[str, Any]:
-        """Write the release into the (temporary) directory ``out``; return its manifest."""
+              registry: Any, target: Path, key: Any = None) -> dict[str, Any]:
+        """Write the release into the (temporary) directory ``out``; return its manifest. With
+        ``key`` (an Ed25519 private key), also ``manifest.sig``, the signature of the manifest's bytes."""
         from anonflow.runner import relative_paths
 
         base = info.workflow_dir
@@ -425,7 +597,7 @@ class Release(Publisher):
             "sources": [self._source(s, base, declared) for s in info.sources],
             "steps": [self._step(s, info, base, release_dir, declared) for s in info.steps],
             "release": {"step": cur.get("step"), "position": cur.get("position"),
-                        "params": plain(relative_paths(dict(cur.get("params") or {}), base)),
+                        "params": plain(relative_paths(_unsigned_params(cur.get("params")), base)),
                         "fingerprint": cur.get("fingerprint"),
                         "input": {"step": released["step"], "hash": released["output_hash"],
                                   "rows": released["rows"]},
@@ -446,9 +618,15 @@ class Release(Publisher):
         (out / REPORT).write_text(html, encoding="utf-8")
         files.append({"path": REPORT, "role": "report", "format": "html", "sha256": file_sha256(out / REPORT),
                       "rows": 0})
+        manifest["signature"] = None if key is None else {
+            "algorithm": "ed25519", "file": SIGNATURE, "public_key_sha256": key_fingerprint(key.public_key()),
+            "signs": f"the bytes of {MANIFEST}"}
         manifest = plain(manifest)
         manifest["integrity"] = integrity(manifest)
-        (out / MANIFEST).write_bytes(manifest_bytes(manifest))
+        data = manifest_bytes(manifest)
+        (out / MANIFEST).write_bytes(data)
+        if key is not None:
+            (out / SIGNATURE).write_bytes(_signature_b64(key, data))
         return manifest
 
     @staticmethod
@@ -463,7 +641,7 @@ class Release(Publisher):
               declared: Mapping[str, str]) -> dict[str, Any]:
         from anonflow.runner import relative_paths
 
-        params = dict(s.get("params") or {})
+        params = _unsigned_params(s.get("params")) if s["kind"] == "publish" else dict(s.get("params") or {})
         if s["kind"] == "source":
             path = _source_path(s["step"], params.get("path"), base, declared)
             inputs = [{"path": path, "sha256": i.get("sha256")} for i in s.get("inputs") or []]
@@ -474,6 +652,10 @@ class Release(Publisher):
                "plugin_version": s["plugin_version"], "params": relative_paths(params, base),
                "seed": s["seed"], "fingerprint": s["fingerprint"], "inputs": inputs,
                "output_hash": s.get("output_hash"), "rows": s.get("rows")}
+        summary = s.get("summary") or {}
+        if summary.get("suppressed") is not None:  # records the algorithm suppressed, and its cap in records
+            rec["suppressed"] = summary["suppressed"]
+            rec["suppression_limit"] = summary.get("suppression_limit")
         if s["kind"] == "publish":
             rec["files"] = [{"path": os.path.relpath(o["path"], release_dir).replace(os.sep, "/"),
                              "sha256": o["sha256"], "rows": o["rows"]}
@@ -498,8 +680,21 @@ class Release(Publisher):
         return report_mod.render(info, get_registry())
 
     def verify(self, release: Path, *, rerun: bool = False, db: Path | None = None,
-               sources: Path | None = None) -> dict[str, Any]:
-        return verify(release, rerun=rerun, db=db, sources=sources)
+               sources: Path | None = None, key: Path | None = None) -> dict[str, Any]:
+        return verify(release, rerun=rerun, db=db, sources=sources, key=key)
+
+    def keygen(self, path: Path) -> tuple[Path, str]:
+        """Write an Ed25519 key pair for signed releases (``anonflow keygen``)."""
+        return keygen(path)
+
+
+def _unsigned_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A publish step's parameters as a manifest records them: a release's ``sign`` (the
+    private key's path) is left out; the manifest's ``signature`` says whether it was signed."""
+    out = dict(params or {})
+    if out.get("publisher") == "release":
+        out.pop("sign", None)
+    return out
 
 
 def declared_sources(text: str) -> dict[str, str]:
@@ -552,8 +747,10 @@ class Findings:
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
 
-    def add(self, ok: bool, what: str, detail: str) -> None:
-        self.items.append({"ok": bool(ok), "what": what, "detail": detail})
+    def add(self, ok: bool, what: str, detail: str, show: bool = False) -> None:
+        """``show``: a finding verify prints even when it holds (the signature status, the
+        lossy-join k figures)."""
+        self.items.append({"ok": bool(ok), "what": what, "detail": detail, **({"show": True} if show else {})})
 
     @property
     def ok(self) -> bool:
@@ -571,14 +768,15 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def verify(release: Path, *, rerun: bool = False, db: Path | None = None, sources: Path | None = None,
-           registry: Any = None) -> dict[str, Any]:
-    """Check a release directory; return ``{"release", "ok", "findings": [{ok, what, detail}]}``.
+           registry: Any = None, key: Path | None = None) -> dict[str, Any]:
+    """Check a release directory; return ``{"release", "ok", "signature", "findings": [{ok, what, detail}]}``.
 
     1. the manifest's field digests, the workflow text's sha256 and every file's sha256 and rows;
-       metric verdicts against their thresholds; no missing or unexpected file;
+       each CSV file against its Parquet partner, cell by cell; metric verdicts against their
+       thresholds; no missing or unexpected file; the signature (with ``key``, a public key file);
     2. the privacy checks, re-run on the published files alone through the registry;
-    3. with ``rerun``: the sources' sha256, then the recorded workflow re-run (seed, ``--set``
-       values) into a scratch store and folder, and every manifest field and file compared.
+    3. with ``rerun``: the recorded workflow re-run, confined to a scratch folder holding copies
+       of the recorded files only (see :func:`_rerun`), and every manifest field and file compared.
     """
     from anonflow.plugins import get_registry
     from anonflow.store import Store
@@ -586,11 +784,12 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
     release = Path(release)
     registry = registry or get_registry()
     manifest = load_manifest(release)
+    public_key = load_public_key(Path(key)) if key is not None else None
     f = Findings()
     if manifest.get("schema_version") != SCHEMA_VERSION:
         f.add(False, "manifest field schema_version",
               f"is {manifest.get('schema_version')!r}; this anonflow reads version {SCHEMA_VERSION}")
-        return {"release": str(release), "ok": False, "findings": f.items}
+        return {"release": str(release), "ok": False, "signature": None, "findings": f.items}
 
     # 1. integrity of the manifest and the files
     recorded = manifest.get("integrity") or {}
@@ -611,15 +810,20 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
         ok = _digest(body) == recorded.get("manifest")
         f.add(ok, "manifest", "field digests match" if ok else "digest of the whole manifest does not match "
                                                               "integrity.manifest")
+    signature = _check_signature(release, manifest, public_key, key, f)
     wf = manifest.get("workflow") or {}
     text_hash = hashlib.sha256(str(wf.get("text", "")).encode()).hexdigest()
     f.add(text_hash == wf.get("sha256"), "manifest field workflow.text",
           "matches workflow.sha256" if text_hash == wf.get("sha256") else
           f"sha256 {_short(text_hash)} but workflow.sha256 records {_short(wf.get('sha256'))}")
     listed = set()
+    intact: dict[str, dict[str, Any]] = {}
     for i, entry in enumerate(manifest.get("files") or []):
         name = entry.get("path", "")
         listed.add(name)
+        if not isinstance(name, str) or not _NAME.match(name):
+            f.add(False, f"file {name!r}", f"manifest files[{i}].path is not a plain file name in the release")
+            continue
         path = release / name
         if not path.is_file():
             f.add(False, f"file {name}", f"is missing (manifest files[{i}])")
@@ -638,9 +842,27 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
             f.add(False, f"file {name}", f"holds {rows} rows; manifest files[{i}].rows records {entry.get('rows')}")
         else:
             f.add(True, f"file {name}", "sha256 and rows match the manifest")
+            intact[name] = entry
     for path in sorted(release.iterdir()):
-        if path.name not in listed and path.name != MANIFEST:
+        if path.name not in listed and path.name != MANIFEST and not (path.name == SIGNATURE and path.is_file()):
             f.add(False, f"file {path.name}", "is not listed in the manifest")
+    # every CSV holds exactly the records of its Parquet partner (so the checks below, run on
+    # the Parquet files, hold for the CSV files as well)
+    for name, entry in intact.items():
+        if entry.get("format") != "csv":
+            continue
+        partner = next((e for e in manifest.get("files") or [] if e.get("format") == "parquet"
+                        and e.get("role") == entry.get("role")), None)
+        if partner is None:
+            f.add(False, f"file {name}", f"has no Parquet partner with role {entry.get('role')!r} in the manifest")
+            continue
+        try:
+            diff = csv_difference(release / name, pq.read_table(release / partner["path"]))
+        except Exception as exc:
+            diff = f"cannot be compared with {partner['path']}: {type(exc).__name__}: {exc}"
+        f.add(diff is None, f"file {name}", f"holds exactly the records of {partner['path']} (header, rows and every "
+                                            "cell, CSV escaping accounted for)" if diff is None else
+              f"does not hold the records of {partner['path']}: {diff}")
     for i, m in enumerate(manifest.get("metrics") or []):
         expect = verdict(m.get("value"), m.get("threshold"), m.get("name", ""))
         if expect != m.get("passed"):
@@ -649,12 +871,13 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
                   f"{'passes' if expect else 'fails'}, but the manifest records passed = {m.get('passed')!r}")
 
     # 2. the privacy checks on the published files alone
+    lossy = (manifest.get("release") or {}).get("layout") == "lossy-join"
     scratch = Store(":memory:")
     try:
         recorded_checks = manifest.get("checks") or []
         try:
             plan = [{k: v for k, v in c.items() if k not in ("result", "holds")} for c in recorded_checks
-                    if c.get("check") != "lossy-join-consistency"]
+                    if c.get("check") not in BUILTIN_CHECKS]
             for c in plan:
                 if c["recheck"] and not registry.has("metric", c["check"]):
                     raise InputError(f"check plugin {c['check']!r} is not installed")
@@ -663,17 +886,33 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
         except Exception as exc:
             f.add(False, "privacy checks", f"cannot be re-run on the published files: {type(exc).__name__}: {exc}")
             again = None
+        if again is not None and not any(c.get("check") == "lossy-join-k" for c in recorded_checks):
+            # a release written before the k figures were recorded: show them, compare the rest
+            from .lossyjoin import k_sentence
+
+            for c in [c for c in again if c["check"] == "lossy-join-k"]:
+                f.add(True, "lossy-join k figures", "not recorded in this release's manifest; from the published "
+                                                    "files: " + k_sentence(c["result"]), show=True)
+            again = [c for c in again if c["check"] != "lossy-join-k"]
         if again is not None:
             if len(again) != len(recorded_checks):
                 f.add(False, "manifest field checks", f"lists {len(recorded_checks)} checks; the published files "
                                                       f"call for {len(again)}")
             for i, (old, new) in enumerate(zip(recorded_checks, again)):
                 label = f"privacy check {new['check']} (manifest checks[{i}])"
+                if old.get("check") != new["check"]:
+                    f.add(False, label, f"the manifest records {old.get('check')!r} here")
+                    continue
                 if new["holds"] is None and not new["recheck"]:
                     f.add(True, label, "needs the original table; not re-checked on the published files")
                     continue
                 diffs = [k for k in sorted(set(old.get("result") or {}) | set(new["result"] or {}))
                          if not _same((old.get("result") or {}).get(k), (new["result"] or {}).get(k))]
+                scope = ""
+                by = (new.get("params") or {}).get("by") or (((manifest.get("release") or {}).get("claims") or {})
+                                                            .get("k-anonymity") or {}).get("by")
+                if lossy and new["check"] == "k-anonymity" and by == "class":
+                    scope = ": k-anonymity of the classes (records per class id), not of the QI values"
                 if new["holds"] is False:
                     f.add(False, label, "does not hold on the published files: " + ", ".join(
                         f"{k} = {v}" for k, v in (new["result"] or {}).items()))
@@ -682,18 +921,73 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
                         [f"{k}: recorded {(old.get('result') or {}).get(k)!r}, now {(new['result'] or {}).get(k)!r}"
                          for k in diffs] + ([] if old.get("holds") is new["holds"] else
                                             [f"holds: recorded {old.get('holds')!r}, now {new['holds']!r}"])))
+                elif new["check"] == "lossy-join-k":
+                    from .lossyjoin import k_sentence
+
+                    f.add(True, label, "measures only, and the published files give the recorded figures: "
+                                       + k_sentence(new["result"]), show=True)
                 elif new["holds"] is None:
                     f.add(True, label, f"no model parameter to check against (it measures only); the published files "
                                        f"give the recorded values ({_params_text(new['params'])})")
                 else:
-                    f.add(True, label, f"holds on the published files ({_params_text(new['params'])})")
+                    f.add(True, label, f"holds on the published files ({_params_text(new['params'])}){scope}",
+                          show=bool(scope))
     finally:
         scratch.close()
 
     # 3. re-run
     if rerun:
         _rerun(release, manifest, f, registry, db=db, sources=sources)
-    return {"release": str(release), "ok": f.ok, "findings": f.items}
+    return {"release": str(release), "ok": f.ok, "signature": signature, "findings": f.items}
+
+
+#: checks a release adds itself (not metric plugins): the lossy-join pair's consistency and k figures
+BUILTIN_CHECKS = ("lossy-join-consistency", "lossy-join-k")
+
+
+def _check_signature(release: Path, manifest: Mapping[str, Any], public_key: Any, key_path: Path | None,
+                     f: Findings) -> dict[str, Any]:
+    """The signature's finding; returns ``{"status", ...}``: ``unsigned``, ``signed-unchecked``
+    (signed, no ``--key``), ``valid`` or ``invalid``."""
+    sig = manifest.get("signature")
+    sig_file = release / SIGNATURE
+    has_file = sig_file.is_file()
+    fp = sig.get("public_key_sha256") if isinstance(sig, dict) else None
+    if sig is None and not has_file:
+        if public_key is not None:
+            f.add(False, "signature", f"the release is unsigned (no {SIGNATURE}, and the manifest records no "
+                                      f"signature), but --key {key_path} asks for a signed one")
+            return {"status": "invalid", "reason": "unsigned"}
+        f.add(True, "signature", show=True, detail="unsigned: the release carries no signature; its authenticity rests on where you got "
+                                 "it (a release signed with the publisher's 'sign' is checked with --key)")
+        return {"status": "unsigned"}
+    if not isinstance(sig, dict) or not has_file:
+        f.add(False, "signature", f"{SIGNATURE} is missing, but the manifest records a signature" if not has_file else
+              f"{SIGNATURE} is present, but the manifest records no signature")
+        return {"status": "invalid", "reason": "inconsistent"}
+    if public_key is None:
+        f.add(True, "signature", show=True, detail=f"signed (Ed25519, public key sha256 {fp}), but the signature was not checked: "
+                                 "give --key PUBLIC_KEY")
+        return {"status": "signed-unchecked", "public_key_sha256": fp}
+    given = key_fingerprint(public_key)
+    try:
+        raw = base64.b64decode(sig_file.read_bytes().strip(), validate=True)
+        public_key.verify(raw, (release / MANIFEST).read_bytes())
+        good = True
+    except Exception:
+        good = False
+    if not good:
+        f.add(False, "signature", f"{SIGNATURE} is not a valid signature of {MANIFEST} under the key {key_path} "
+                                  f"(sha256 {_short(given)}): the manifest (or a file it lists, with its digests "
+                                  "recomputed) was changed after signing, or it was signed with another key")
+        return {"status": "invalid", "public_key_sha256": fp, "key": given}
+    if fp != given:
+        f.add(False, "signature", f"the manifest records public key sha256 {_short(fp)}, but it verifies under "
+                                  f"{_short(given)}")
+        return {"status": "invalid", "public_key_sha256": fp, "key": given}
+    f.add(True, "signature", show=True, detail=f"{SIGNATURE} is a valid Ed25519 signature of {MANIFEST} by the key {key_path} "
+                             f"(sha256 {given})")
+    return {"status": "valid", "public_key_sha256": fp}
 
 
 def _params_text(params: Mapping[str, Any]) -> str:
@@ -740,57 +1034,290 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def recorded_files(manifest: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Every file a re-run of the release may read, from the manifest: the sources and the
+    files the steps' recorded parameters name (hierarchy files, grading files), as
+    ``{relative path: {sha256, what, text}}`` (``text``: hashed as load_grading hashes, the
+    UTF-8 text with universal newlines), and the reasons some cannot be accepted (absolute
+    paths, ``..`` escapes, a file recorded twice with two digests)."""
+    files: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+
+    def accept(path: Any, sha: Any, what: str, text: bool = False) -> None:
+        rel = _inside(path)
+        if rel is None:
+            problems.append(f"{what} is {path!r}: an absolute path or one leaving the workflow's folder")
+        elif not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+            problems.append(f"{what} ({rel}) has no recorded sha256")
+        elif rel in files and (files[rel]["sha256"], files[rel]["text"]) != (sha, text):
+            problems.append(f"{what} ({rel}) is recorded twice with different digests")
+        else:
+            files.setdefault(rel, {"sha256": sha, "what": what, "text": text})
+
+    for s in manifest.get("sources") or []:
+        if s.get("path") is None and s.get("format") == "duckdb":
+            continue  # a table of the store: only the store given with --db can hold it
+        accept(s.get("path"), s.get("sha256"), f"source {s.get('name')}")
+    for st in manifest.get("steps") or []:
+        params = st.get("params") or {}
+        if st.get("kind") == "hierarchy" and isinstance(params, dict):
+            for column, spec in params.items():
+                if not isinstance(spec, dict):
+                    continue
+                for key, sha in (spec.get("files") or {}).items():
+                    accept((spec.get("params") or {}).get(key), sha, f"hierarchy file of {st.get('step')}.{column}")
+        elif st.get("kind") == "typing":
+            for grading in _gradings(params):
+                if grading.get("source") is not None:
+                    accept(grading.get("source"), grading.get("sha256"), f"grading file of step {st.get('step')}",
+                           text=True)
+    return files, problems
+
+
+def _gradings(value: Any) -> list[dict[str, Any]]:
+    """Every ``grading`` mapping inside a typing step's parameters."""
+    out: list[dict[str, Any]] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "grading" and isinstance(v, dict):
+                out.append(v)
+            else:
+                out += _gradings(v)
+    elif isinstance(value, list):
+        for v in value:
+            out += _gradings(v)
+    return out
+
+
+def _named_files(spec: Any, registry: Any) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """What the loaded workflow (after ``--set``) names, before anything reads it:
+    ``(reads, writes, keys)``: the files its hierarchy and typing steps read, as
+    ``(where, path)``; the paths its publish steps write; the signing keys of its releases."""
+    reads: list[tuple[str, str]] = []
+    writes: list[str] = []
+    keys: list[str] = []
+    for name, st in spec.steps.items():
+        params = st.params or {}
+        if st.uses == "hierarchy":
+            for column, entry in params.items():
+                if not isinstance(entry, Mapping) or len(entry) != 1:
+                    continue
+                (bname, bparams), = entry.items()
+                if not registry.has("hierarchy", str(bname)):
+                    continue
+                builder = registry.get("hierarchy", str(bname)).obj
+                file_keys = tuple(getattr(builder, "files", ()) or ())
+                if isinstance(bparams, Mapping):
+                    values = [bparams.get(k) for k in file_keys]
+                else:
+                    values = [bparams] if getattr(builder, "primary", None) in file_keys else []
+                reads += [(f"step {name}: hierarchy file of {column}", v) for v in values if v is not None]
+        elif st.uses == "typing":
+            def walk(value: Any) -> None:
+                if isinstance(value, Mapping):
+                    for k, v in value.items():
+                        if k == "grading" and isinstance(v, str):
+                            reads.append((f"step {name}: grading file", v))
+                        else:
+                            walk(v)
+                elif isinstance(value, list):
+                    for v in value:
+                        walk(v)
+            walk(params)
+        elif st.uses == "publish":
+            pub = params.get("publisher")
+            outs: tuple[str, ...] = ("path",)
+            if isinstance(pub, str) and registry.has("publisher", pub):
+                outs = tuple(getattr(registry.get("publisher", pub).obj, "outputs", ("path",)) or ("path",))
+            writes += [f"step {name}: {k} = {params[k]!r}" if _inside(params[k]) is None else ""
+                       for k in outs if params.get(k) is not None]
+            if pub == "release" and params.get("sign") is not None:
+                keys.append(params["sign"])
+    return reads, [w for w in writes if w], keys
+
+
+def _outside_paths(spec: Any) -> list[str]:
+    """Step parameters that name an existing absolute path: a re-run reads nothing outside its
+    scratch folder, whatever plugin would read it."""
+    found: list[str] = []
+
+    def walk(where: str, value: Any) -> None:
+        if isinstance(value, str):
+            if 1 < len(value) < 4096 and "\0" not in value and os.path.isabs(value):
+                try:
+                    exists = os.path.lexists(value)
+                except (OSError, ValueError):
+                    exists = False
+                if exists:
+                    found.append(f"{where} names {value!r}")
+        elif isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(where, v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(where, v)
+
+    for name, st in spec.steps.items():
+        walk(f"step {name}", st.params)
+    return found
+
+
+def _copy_pinned(src: Path, dst: Path, sha: str, text: bool) -> str:
+    """Copy ``src`` to ``dst`` (a new file), hashing the bytes copied; return their sha256
+    (for ``text``: of the UTF-8 text with universal newlines, as grading files are hashed)."""
+    h = hashlib.sha256()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(str(dst), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+        for block in iter(lambda: fin.read(1 << 20), b""):
+            fout.write(block)
+            if not text:
+                h.update(block)
+    if text:
+        try:
+            return hashlib.sha256(dst.read_text(encoding="utf-8").encode()).hexdigest()
+        except UnicodeDecodeError:
+            return "not UTF-8 text"
+    return h.hexdigest()
+
+
+def _unsigned_form(manifest: Mapping[str, Any]) -> bytes:
+    """The manifest's bytes as if unsigned (a re-run signs with a throwaway key)."""
+    body = {k: v for k, v in manifest.items() if k != "integrity"}
+    body["signature"] = None
+    body["integrity"] = integrity(body)
+    return manifest_bytes(body)
+
+
 def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: Any, *, db: Path | None,
            sources: Path | None) -> None:
+    """Re-run the recorded workflow, confined: the workflow text is loaded from a scratch
+    folder (``mkdtemp``, owner-only); its sources must be exactly the manifest's, and every
+    file it names (sources, hierarchy files, grading files) must be relative, inside the
+    workflow's folder and match the sha256 the manifest records; each is copied into the
+    scratch folder at the same relative path, and the workflow runs from there into a
+    scratch store (or ``db``) and a scratch output folder, so it cannot see any other file.
+    Anything else is a failed ``re-run: not attempted: ...`` finding, and nothing is run."""
     from anonflow.dag import build_plan
     from anonflow.errors import AnonflowError
     from anonflow.runner import Runner
-    from anonflow.spec import load_workflow
+    from anonflow.spec import _set_path, load_workflow
     from anonflow.store import Store
 
-    base = sources_base(release, manifest, sources)
-    if base is None:
-        f.add(False, "re-run", "cannot find the sources: no folder above the release holds "
-                               + ", ".join(s["path"] for s in manifest.get("sources") or [] if s.get("path"))
-                               + " (give the workflow's folder with --sources DIR)")
-        return
-    changed = False
-    for i, s in enumerate(manifest.get("sources") or []):
-        if not s.get("path"):
-            continue
-        path = base / s["path"]
-        if not path.is_file():
-            f.add(False, f"source {s['name']}", f"{s['path']} (under {base}) is missing")
-            changed = True
-            continue
-        digest = file_sha256(path)
-        if digest != s.get("sha256"):
-            f.add(False, f"source {s['name']}", f"{s['path']} has changed: sha256 {_short(digest)}, but the manifest "
-                                                f"records {_short(s.get('sha256'))} (sources[{i}].sha256)")
-            changed = True
-        else:
-            f.add(True, f"source {s['name']}", f"{s['path']} matches its recorded sha256")
-    if changed:
-        f.add(False, "re-run", "not attempted: a source differs from the one recorded")
-        return
+    def refuse(reason: str) -> None:
+        f.add(False, "re-run", f"not attempted: {reason}")
 
-    wf = manifest["workflow"]
-    rel_path = (manifest.get("release") or {}).get("params", {}).get("path")
-    with tempfile.TemporaryDirectory(prefix="anonflow-verify-") as tmp_name:
-        tmp = Path(tmp_name).resolve()
-        (tmp / "wf").mkdir()
-        wf_tmp = tmp / "wf" / wf["file"]
-        wf_tmp.write_text(wf["text"], encoding="utf-8")
+    wf = manifest.get("workflow") or {}
+    wf_name = wf.get("file")
+    if not isinstance(wf_name, str) or not _NAME.match(wf_name) or not isinstance(wf.get("text"), str):
+        return refuse(f"workflow.file {wf_name!r} is not a plain file name, or workflow.text is missing")
+    if hashlib.sha256(wf["text"].encode()).hexdigest() != wf.get("sha256"):
+        return refuse("workflow.text does not match workflow.sha256")
+    wanted, problems = recorded_files(manifest)
+    if problems:
+        return refuse("; ".join(problems))
+    release_step = (manifest.get("release") or {}).get("step")
+    rel_path = _inside(((manifest.get("release") or {}).get("params") or {}).get("path"))
+    if rel_path is None:
+        return refuse("release.params.path is an absolute path or leaves the output folder")
+    source_paths = [p for p in wanted if wanted[p]["what"].startswith("source ")]
+    base = sources_base(release, {"sources": [{"path": p} for p in source_paths]}, sources)
+    if base is None and source_paths:
+        return refuse("cannot find the sources: no folder above the release holds " + ", ".join(source_paths)
+                      + " (give the workflow's folder with --sources DIR)")
+
+    tmp = Path(tempfile.mkdtemp(prefix="anonflow-verify-")).resolve()
+    try:
+        os.chmod(tmp, 0o700)
+        src_dir = tmp / "workflow"
+        src_dir.mkdir(mode=0o700)
+        wf_path = src_dir / wf_name
+        wf_path.write_text(wf["text"], encoding="utf-8")
         try:
-            spec = load_workflow(wf_tmp, (), manifest["seed"])
+            spec = load_workflow(wf_path, (), manifest.get("seed"))
             for step, param, value in manifest.get("overrides") or []:
                 if step not in spec.steps:
                     raise InputError(f"override {step}.{param}: the workflow has no step {step!r}")
-                spec.steps[step].params[param] = value
-            srcs = {n: dataclasses.replace(s, path=(base / os.path.relpath(s.path, wf_tmp.parent)).resolve())
-                    if s.path is not None else s for n, s in spec.sources.items()}
-            spec = dataclasses.replace(spec, path=base / wf["file"], sources=srcs,
-                                       overrides=tuple(tuple(o) for o in manifest.get("overrides") or []))
+                _set_path(wf_path, spec.steps[step].params, step, param, value)
+        except AnonflowError as exc:
+            return refuse(f"the recorded workflow cannot be loaded: {exc}")
+        # (a) its sources are exactly the manifest's; every other file it names is recorded
+        recorded = {s.get("name"): s for s in manifest.get("sources") or []}
+        reasons = []
+        if set(spec.sources) != set(recorded):
+            reasons.append(f"the workflow's sources ({', '.join(sorted(spec.sources)) or 'none'}) are not the "
+                           f"manifest's ({', '.join(sorted(map(str, recorded))) or 'none'})")
+        for name, src in spec.sources.items():
+            rec = recorded.get(name)
+            if rec is None:
+                continue
+            if src.format != rec.get("format"):
+                reasons.append(f"source {name} is {src.format} in the workflow, {rec.get('format')} in the manifest")
+            if src.path is None:
+                if rec.get("path") is not None:
+                    reasons.append(f"source {name} names no file in the workflow; the manifest records {rec['path']}")
+                continue
+            rel = os.path.relpath(src.path, src_dir).replace(os.sep, "/")
+            if _inside(rel) is None:
+                reasons.append(f"source {name} reads {rel!r}, outside the workflow's folder")
+            elif _inside(rel) != _inside(rec.get("path")):
+                reasons.append(f"source {name} reads {rel} in the workflow, but the manifest records {rec.get('path')}")
+        reads, writes, keys = _named_files(spec, registry)
+        for where, p in reads:
+            rel = _inside(str(p))
+            if rel is None:
+                reasons.append(f"{where} is {p!r}: an absolute path or one leaving the workflow's folder")
+            elif rel not in wanted:
+                reasons.append(f"{where} is {rel}, which the manifest does not record with a sha256")
+        reasons += [f"{w}: an absolute path or one leaving the output folder" for w in writes]
+        reasons += [f"{w}: outside the workflow's folder" for w in _outside_paths(spec)]
+        for k in keys:
+            if _inside(k) is None:
+                reasons.append(f"a release's signing key is {k!r}: an absolute path or one leaving the workflow's "
+                               "folder")
+        if keys and manifest.get("signature") is not None:
+            try:
+                _crypto()
+            except InputError:
+                reasons.append(f"the release is signed, and re-running it signs with a throwaway key, but {SIGN_EXTRA}")
+        if release_step not in spec.steps:
+            reasons.append(f"the workflow has no step {release_step!r} (manifest release.step)")
+        if reasons:
+            return refuse("; ".join(reasons))
+        # (b) copy each accepted file, checking its sha256 on the bytes copied
+        changed = False
+        for i, (rel, info) in enumerate(sorted(wanted.items())):
+            path = base / rel if base is not None else None
+            if path is None or not path.is_file():
+                f.add(False, info["what"], f"{rel} (under {base}) is missing")
+                changed = True
+                continue
+            try:
+                digest = _copy_pinned(path, src_dir / rel, info["sha256"], info["text"])
+            except (OSError, FileExistsError) as exc:
+                f.add(False, info["what"], f"{rel} cannot be copied: {exc}")
+                changed = True
+                continue
+            if digest != info["sha256"]:
+                idx = next((j for j, s in enumerate(manifest.get("sources") or []) if _inside(s.get("path")) == rel),
+                           None)
+                where = f"sources[{idx}].sha256" if idx is not None else "its step's parameters"
+                f.add(False, info["what"], f"{rel} has changed: sha256 {_short(digest)}, but the manifest records "
+                                           f"{_short(info['sha256'])} ({where})")
+                changed = True
+            else:
+                f.add(True, info["what"], f"{rel} matches its recorded sha256")
+        if changed:
+            return refuse("a source or a file the workflow reads differs from the one recorded")
+        for k in keys:  # the re-run cannot sign with the publisher's key: it signs with a throwaway one
+            ed25519, serialization = _crypto()
+            target = src_dir / _inside(k)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                target.write_bytes(ed25519.Ed25519PrivateKey.generate().private_bytes(
+                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        try:
+            spec = dataclasses.replace(spec, overrides=tuple(tuple(o) for o in manifest.get("overrides") or []))
             history = [{"params": p["params"], "metrics": p["metrics"]}
                        for p in ((manifest.get("sweep") or {}).get("points") or [])]
             plan = build_plan(spec, registry)
@@ -799,22 +1326,32 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
         except AnonflowError as exc:
             f.add(False, "re-run", f"the recorded workflow failed when re-run: {exc}")
             return
-        again_dir = tmp / "out" / str(rel_path)
+        except Exception as exc:  # never a traceback for someone else's release
+            f.add(False, "re-run", f"the recorded workflow failed when re-run: {type(exc).__name__}: {exc}")
+            return
+        again_dir = tmp / "out" / rel_path
         if not (again_dir / MANIFEST).is_file():
             f.add(False, "re-run", f"the re-run wrote no release at {rel_path}")
             return
         again = json.loads((again_dir / MANIFEST).read_text(encoding="utf-8"))
-        diffs = [d for d in diff_json({k: v for k, v in manifest.items() if k != "integrity"},
-                                      {k: v for k, v in again.items() if k != "integrity"})]
+        skip = ("integrity", "signature")
+        diffs = diff_json({k: v for k, v in manifest.items() if k not in skip},
+                          {k: v for k, v in again.items() if k not in skip})
         for path, a, b in diffs:
             f.add(False, f"manifest field {path}", f"recorded {_show(a)}, re-run gives {_show(b)}")
-        names = sorted({e["path"] for e in manifest.get("files") or []} | {e["path"] for e in again.get("files") or []}
-                       | {MANIFEST})
+        signed = manifest.get("signature") is not None or again.get("signature") is not None
+        names = sorted({e.get("path") for e in manifest.get("files") or [] if _NAME.match(str(e.get("path")))}
+                       | {e["path"] for e in again.get("files") or []} | {MANIFEST})
         same_files = 0
         for name in names:
             a, b = release / name, again_dir / name
             if not a.is_file() or not b.is_file():
                 f.add(False, f"file {name}", "exists only in the " + ("re-run" if b.is_file() else "release"))
+            elif name == MANIFEST and signed:
+                if _unsigned_form(manifest) != _unsigned_form(again):
+                    f.add(False, f"file {name}", "differs from the re-run's (signatures aside)")
+                else:
+                    same_files += 1
             elif file_sha256(a) != file_sha256(b):
                 f.add(False, f"file {name}", f"differs from the re-run's: sha256 {_short(file_sha256(a))} vs "
                                              f"{_short(file_sha256(b))}")
@@ -822,7 +1359,10 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
                 same_files += 1
         if not diffs and same_files == len(names):
             f.add(True, "re-run", f"the recorded workflow re-run gives the same {len(again.get('steps') or [])} step "
-                                  f"hashes and {len(names)} byte-identical files")
+                                  f"hashes and {len(names)} byte-identical files"
+                                  + (" (manifest.json compared without its signature)" if signed else ""))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 PLUGINS = [Release()]

@@ -85,6 +85,15 @@ def _params_text(params: Mapping[str, Any] | None) -> str:
     return ", ".join(f"{k}={canonical(v)}" for k, v in sorted(shown.items())) or "defaults"
 
 
+def shown_params(s: Mapping[str, Any]) -> dict[str, Any]:
+    """A step's parameters as the page shows them: a release's ``sign`` (the private key's
+    path) is never shown."""
+    params = dict(s.get("params") or {})
+    if s.get("kind") == "publish" and params.get("publisher") == "release":
+        params.pop("sign", None)
+    return params
+
+
 def _sort_key(value: Any) -> tuple:
     if isinstance(value, bool) or value is None:
         return (1, canonical(value))
@@ -216,7 +225,10 @@ def clean_number(value: Any) -> float | None:
 def sweep(info: RunInfo, registry: Any) -> dict[str, Any] | None:
     """The parameter sweep this run belongs to (see :data:`SWEEP_RULE`), or None."""
     current = {"params": info.params(), "metrics": dict(info.metrics)}
-    points = [*info.history(), current]
+    hidden = {f"{s['step']}.sign" for s in [*info.steps, *([info.current] if info.current else [])]
+              if s.get("kind") == "publish" and (s.get("params") or {}).get("publisher") == "release"}
+    points = [{**p, "params": {k: v for k, v in (p.get("params") or {}).items() if k not in hidden}}
+              for p in [*info.history(), current]]
     if len(points) < 2:
         return None
     common = set.intersection(*(set(p.get("params") or {}) for p in points))
@@ -511,6 +523,15 @@ def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozen
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _suppressed_text(step: Mapping[str, Any]) -> str:
+    """``; 12 suppressed (cap 54)`` for a step that may suppress records, else nothing."""
+    summary = step.get("summary") or {}
+    if summary.get("suppressed") is None:
+        return ""
+    cap = summary.get("suppression_limit")
+    return f"; {_e(summary['suppressed'])} suppressed" + (f" (cap {_e(cap)})" if cap is not None else "")
+
+
 def render(info: RunInfo, registry: Any) -> str:
     """The report page of ``info`` (see the module docstring)."""
     run = info.run
@@ -530,8 +551,8 @@ def render(info: RunInfo, registry: Any) -> str:
                  + (", parameters set on the command line: " + ", ".join(
                      f"<code>{_e(s)}.{_e(p)}={_e(canonical(v))}</code>" for s, p, v in overrides) if overrides else "")
                  + ". Published step: "
-                 + (f"<code>{_e(released['step'])}</code> ({_e(released['uses'])}, {_e(released['rows'])} records)"
-                    if released else "none")
+                 + (f"<code>{_e(released['step'])}</code> ({_e(released['uses'])}, {_e(released['rows'])} records"
+                    + _suppressed_text(released) + ")" if released else "none")
                  + f"; layout: {_e(layout)}.</p></header>")
     parts.append('<nav><a href="#privacy">Privacy</a><a href="#classes">Class sizes</a><a href="#loss">Information '
                  'loss</a><a href="#metrics">Metrics</a><a href="#sweep">Sweep</a><a href="#lineage">Lineage</a></nav>')
@@ -558,9 +579,22 @@ def render(info: RunInfo, registry: Any) -> str:
         rows.append([f"<code>{_e(c['check'])}</code>", _e(_params_text(c["params"])), origin, detail,
                      _verdict(None if holds is None else holds == 1.0)])
     claim_text = "; ".join(f"<code>{_e(k)}</code> {_e(_params_text(v))}" for k, v in sorted(claims.items()))
+    kfig = ""
+    if layout == "lossy-join" and table is not None and CLASS in table.columns:
+        from .lossyjoin import K_MEANING, k_figures
+
+        ks = k_figures(table.data.select([*[q for q in table.typing.quasi if q in table.columns], CLASS]),
+                       table.typing.quasi, CLASS, info.sql)
+        kfig = ('<p id="lossy-join-k"><strong>Lossy join: two different k.</strong> k-anonymity of the classes '
+                f"(records per class id): <strong>k = {_num(ks['class_k'])}</strong>, what the lossy join guarantees "
+                "for linking a record to a sensitive value. It is <em>not</em> k-anonymity of the QI values: the QI "
+                "table publishes exact QI tuples, and its smallest group of identical QI tuples (class id ignored) "
+                f"holds <strong>{_num(ks['qi_table_k'])}</strong> record(s), the QI table's k as an attacker sees it; "
+                f"{_num(ks['qi_table_unique_records'])} record(s) have a unique QI tuple.</p>"
+                f'<p class="note">{_e(K_MEANING)}.</p>')
     parts.append('<section id="privacy"><h2>Privacy guarantees</h2>'
                  + (f"<p>Claimed by the algorithm: {claim_text}.</p>" if claims else
-                    "<p>The published step claims no privacy model.</p>")
+                    "<p>The published step claims no privacy model.</p>") + kfig
                  + (_table(["check", "parameters", "checked by", "result", "holds"], rows) if rows else
                     "<p>No privacy check applies to the published table.</p>")
                  + '<p class="note">A release re-runs these checks on its published files; '
@@ -633,7 +667,7 @@ def render(info: RunInfo, registry: Any) -> str:
     g = lineage_graph(info)
     srows = []
     for s in [*info.steps, *([info.current] if info.current else [])]:
-        params = s.get("params") or {}
+        params = shown_params(s)
         if s["kind"] == "source":
             src = next((x for x in info.sources if x["name"] == s["step"]), {})
             ptext = f"sha256 {(src.get('sha256') or '')[:16]}, {len(src.get('columns') or [])} columns"
@@ -642,7 +676,7 @@ def render(info: RunInfo, registry: Any) -> str:
                 canonical(v)) <= 80})
         srows.append([_e(s["step"]), _e(s["kind"]), _e(f"{s['uses']} {s.get('plugin_version') or ''}"), _e(ptext),
                       f"<code>{_e(s['output_hash'][:16])}</code>" if s.get("output_hash") else "&ndash;",
-                      _num(s.get("rows"))])
+                      _num(s.get("rows")) + _suppressed_text(s)])
     parts.append('<section id="lineage"><h2>Lineage</h2>' + lineage_plot(g)
                  + _table(["step", "kind", "uses", "parameters", "output hash", "rows"], srows, numeric={5})
                  + "</section>")

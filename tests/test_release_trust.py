@@ -1,0 +1,512 @@
+"""Trusting a release someone else made (issue 12): a confined ``verify --rerun``, Ed25519
+signatures, every CSV checked against its Parquet partner, CSV formula injection, and the
+two k figures of a lossy-join release.
+
+Every run passes ``--out-dir`` and names publish paths relative to it."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from .conftest import census_workflow, write
+from .test_release import _workflow_copy
+
+RELEASE = """
+    release: {uses: publish, input: grouped, with: {publisher: release, path: release}}
+"""
+
+
+def run_json(cli, *args) -> dict:
+    res = cli("run", *args, "--json")
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def verify(cli, release: Path, *args) -> tuple[int, dict]:
+    res = cli("verify", release, *args, "--json")
+    return res.exit_code, json.loads(res.output)
+
+
+def failures(result: dict) -> list[str]:
+    return [f"{i['what']}: {i['detail']}" for i in result["findings"] if not i["ok"]]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def released(cli, project: Path, extra: str = RELEASE) -> Path:
+    wf = census_workflow(project, extra=extra)
+    run_json(cli, wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
+    return project / "out" / "release"
+
+
+def forge(rel: Path, edit) -> None:
+    """Edit the manifest as an attacker would: ``edit(manifest)``, then recompute every digest
+    (the workflow text's, each file's, the integrity block) so that it is consistent on its face."""
+    from anonflow_std.release import integrity, manifest_bytes
+
+    path = rel / "manifest.json"
+    m = json.loads(path.read_text())
+    edit(m)
+    m["workflow"]["sha256"] = sha(m["workflow"]["text"].encode())
+    for f in m["files"]:
+        f["sha256"] = sha((rel / f["path"]).read_bytes())
+    m["integrity"] = integrity(m)
+    path.write_bytes(manifest_bytes(m))
+
+
+def tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): (sha(p.read_bytes()) if p.is_file() else "dir")
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture
+def scratch_root(tmp_path, monkeypatch) -> Path:
+    """Where verify's mkdtemp goes: a known folder, so a write that escapes the scratch folder
+    by '..' lands somewhere the test can see."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+# -- 1. verify --rerun is confined to a scratch folder ----------------------------------------
+
+
+def test_rerun_runs_from_a_scratch_copy_holding_only_the_recorded_files(cli, project, scratch_root, monkeypatch):
+    from anonflow import runner
+
+    rel = released(cli, project)
+    seen = {}
+    real = runner.Runner.run
+
+    def spy(self, spec, **kwargs):
+        folder = spec.path.parent
+        seen["files"] = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        seen["mode"] = stat.S_IMODE(folder.parent.stat().st_mode)
+        seen["inside"] = str(folder).startswith(str(scratch_root))
+        seen["out"] = str(kwargs["output_dir"]).startswith(str(folder.parent))
+        return real(self, spec, **kwargs)
+
+    monkeypatch.setattr(runner.Runner, "run", spy)
+    before = tree(project)
+    code, result = verify(cli, rel, "--rerun")
+    assert code == 0, failures(result)
+    assert seen["files"] == ["data/sdcmicro/CASCrefmicrodata.csv", "wf.yaml"]
+    assert seen["mode"] == 0o700 and seen["inside"] and seen["out"]
+    assert tree(project) == before                 # nothing written beside the release or the sources
+    assert list(scratch_root.iterdir()) == []      # the scratch folder is gone
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot"])
+def test_rerun_refuses_a_source_outside_the_workflow_folder(cli, project, tmp_path, scratch_root, where):
+    rel = released(cli, project)
+    outside = tmp_path / "elsewhere" / "census.csv"       # the same bytes, outside the workflow's folder
+    outside.parent.mkdir()
+    outside.write_bytes((project / "data" / "sdcmicro" / "CASCrefmicrodata.csv").read_bytes())
+    path = str(outside) if where == "absolute" else "../elsewhere/census.csv"
+
+    def edit(m):
+        m["workflow"]["text"] = m["workflow"]["text"].replace("data/sdcmicro/CASCrefmicrodata.csv", path)
+        m["sources"][0]["path"] = path
+        m["steps"][0]["params"]["path"] = path
+        m["steps"][0]["inputs"][0]["path"] = path
+
+    forge(rel, edit)
+    assert verify(cli, rel)[0] == 0               # consistent on its face
+    before = tree(tmp_path)
+    code, result = verify(cli, rel, "--rerun", "--sources", project)
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith("re-run: not attempted: source census is") and "leaving the workflow's folder" in f
+               for f in bad), bad
+    assert tree(tmp_path) == before
+
+
+def test_rerun_refuses_a_workflow_whose_sources_are_not_the_manifests(cli, project, scratch_root):
+    rel = released(cli, project)
+    (project / "data" / "other.csv").write_bytes((project / "data" / "sdcmicro" / "CASCrefmicrodata.csv").read_bytes())
+    forge(rel, lambda m: m["workflow"].__setitem__(
+        "text", m["workflow"]["text"].replace("data/sdcmicro/CASCrefmicrodata.csv", "data/other.csv")))
+    code, result = verify(cli, rel, "--rerun")
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith("re-run: not attempted: source census reads data/other.csv in the workflow, but the "
+                            "manifest records data/sdcmicro/CASCrefmicrodata.csv") for f in bad), bad
+
+
+def test_rerun_refuses_a_hierarchy_file_the_manifest_does_not_pin(cli, tmp_path, scratch_root):
+    wf = _workflow_copy("arx-adult-k5", tmp_path, rows=2000)
+    run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "o")
+    rel = tmp_path / "o" / "release"
+    hier = tmp_path / "data" / "arx" / "adult_hierarchy_sex.csv"
+    stolen = tmp_path / "secret.csv"
+    stolen.write_bytes(hier.read_bytes())
+    forge(rel, lambda m: m["workflow"].__setitem__(
+        "text", m["workflow"]["text"].replace("data/arx/adult_hierarchy_sex.csv", str(stolen))))
+    code, result = verify(cli, rel, "--rerun", "--sources", tmp_path)
+    assert code == 1
+    bad = failures(result)
+    assert any("re-run: not attempted" in f and "hierarchy file of sex is" in f and str(stolen) in f for f in bad), bad
+    # a pinned hierarchy file that changed on disk: named, and the re-run is not attempted
+    rel2 = tmp_path / "o2"
+    run_json(cli, wf, "--db", tmp_path / "s2.duckdb", "--out-dir", rel2)
+    hier.write_text(hier.read_text().replace("Male", "Mal3", 1))
+    code, result = verify(cli, rel2 / "release", "--rerun", "--sources", tmp_path)
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith("hierarchy file of hier.sex: data/arx/adult_hierarchy_sex.csv has changed") for f in bad), bad
+    assert any(f.startswith("re-run: not attempted: a source or a file the workflow reads differs") for f in bad), bad
+
+
+@pytest.mark.parametrize("path", ["absolute", "../../evil.csv"])
+def test_rerun_of_a_workflow_publishing_outside_its_output_folder_writes_nothing(cli, project, tmp_path,
+                                                                                   scratch_root, path):
+    rel = released(cli, project)
+    target = str(tmp_path / "evil.csv") if path == "absolute" else path
+    step = f"  evil: {{uses: publish, input: grouped, with: {{publisher: csv, path: {json.dumps(target)}}}}}\n"
+    forge(rel, lambda m: m["workflow"].__setitem__("text", m["workflow"]["text"] + step))
+    before = tree(tmp_path)
+    code, result = verify(cli, rel, "--rerun")
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith("re-run: not attempted: step evil: path =") for f in bad), bad
+    assert not (tmp_path / "evil.csv").exists() and not (scratch_root / "evil.csv").exists()
+    assert tree(tmp_path) == {**before}
+    assert list(scratch_root.iterdir()) == []
+
+
+def test_rerun_of_a_filter_reading_a_file_by_sql_fails(cli, project, tmp_path, scratch_root):
+    """Needs the engine's sandbox of ``filter where:`` SQL (no file-reading functions): without
+    it the re-run reads /etc/passwd and only the step-by-step comparison fails."""
+    rel = released(cli, project)
+
+    def edit(m):
+        m["workflow"]["text"] = m["workflow"]["text"].replace(
+            "  typed:\n    uses: typing\n    input: census\n",
+            "  sneaky:\n    uses: filter\n    input: census\n    with: {where: \"(SELECT count(*) FROM "
+            "read_csv('/etc/passwd')) > 0\"}\n  typed:\n    uses: typing\n    input: sneaky\n")
+
+    forge(rel, edit)
+    assert "read_csv('/etc/passwd')" in json.loads((rel / "manifest.json").read_text())["workflow"]["text"]
+    before = tree(tmp_path)
+    code, result = verify(cli, rel, "--rerun")
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith(("re-run: the recorded workflow failed when re-run", "re-run: not attempted"))
+               for f in bad), bad
+    assert tree(tmp_path) == before and list(scratch_root.iterdir()) == []
+
+
+# -- 2. signed releases --------------------------------------------------------------------------
+
+
+def keygen(cli, path: Path) -> Path:
+    res = cli("keygen", path)
+    assert res.exit_code == 0, res.output
+    return Path(str(path) + ".pub")
+
+
+def test_keygen_writes_an_owner_only_key_and_never_overwrites(cli, tmp_path):
+    pub = keygen(cli, tmp_path / "k")
+    assert stat.S_IMODE((tmp_path / "k").stat().st_mode) == 0o600
+    assert (tmp_path / "k").read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+    assert pub.read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
+    before = (tmp_path / "k").read_bytes(), pub.read_bytes()
+    res = cli("keygen", tmp_path / "k")
+    assert res.exit_code == 2 and "already exists" in res.output and len(res.output.strip().splitlines()) == 1
+    assert ((tmp_path / "k").read_bytes(), pub.read_bytes()) == before
+    # a private key is not overwritten either when only the .pub is in the way
+    (tmp_path / "j.pub").write_text("mine")
+    assert cli("keygen", tmp_path / "j").exit_code == 2 and not (tmp_path / "j").exists()
+
+
+SIGNED = """
+    release: {uses: publish, input: grouped, with: {publisher: release, path: release, sign: keys/release.key}}
+"""
+
+
+def signed_release(cli, project: Path) -> tuple[Path, Path]:
+    (project / "keys").mkdir()
+    pub = keygen(cli, project / "keys" / "release.key")
+    return released(cli, project, SIGNED), pub
+
+
+def test_a_signed_release_verifies_with_its_key_and_hides_the_key_path(cli, project, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+
+    rel, pub = signed_release(cli, project)
+    m = json.loads((rel / "manifest.json").read_text())
+    raw = serialization.load_pem_public_key(pub.read_bytes()).public_bytes(serialization.Encoding.Raw,
+                                                                           serialization.PublicFormat.Raw)
+    assert m["signature"]["public_key_sha256"] == sha(raw) and m["signature"]["algorithm"] == "ed25519"
+    assert "sign" not in m["release"]["params"]
+    for name in ("manifest.json", "report.html"):   # the workflow text holds the path; nothing else does
+        data = (rel / name).read_text()
+        if name == "manifest.json":
+            data = data.replace(json.dumps(m["workflow"]["text"])[1:-1], "")
+        assert "release.key" not in data, name
+    assert len(base64.b64decode((rel / "manifest.sig").read_bytes().strip(), validate=True)) == 64
+
+    res = cli("verify", rel, "--key", pub)
+    assert res.exit_code == 0, res.output
+    assert "ok    signature: manifest.sig is a valid Ed25519 signature" in res.output
+    code, result = verify(cli, rel, "--key", pub)
+    assert code == 0 and result["signature"]["status"] == "valid"
+    # without --key: signed, not checked
+    res = cli("verify", rel)
+    assert res.exit_code == 0 and "signed (Ed25519" in res.output and "signature was not checked: give --key" in res.output
+    assert verify(cli, rel)[1]["signature"]["status"] == "signed-unchecked"
+    # another key: fails
+    other = keygen(cli, tmp_path / "other")
+    res = cli("verify", rel, "--key", other)
+    assert res.exit_code == 1 and "FAIL  signature: manifest.sig is not a valid signature" in res.output
+    # the re-run signs with a throwaway key and still reproduces every file
+    code, result = verify(cli, rel, "--rerun", "--key", pub)
+    assert code == 0, failures(result)
+    assert any(i["what"] == "re-run" and i["ok"] for i in result["findings"])
+
+
+@pytest.mark.parametrize("what", ["report.html", "manifest"])
+def test_a_signed_release_edited_with_digests_recomputed_fails_with_the_key(cli, project, what):
+    rel, pub = signed_release(cli, project)
+    if what == "report.html":
+        page = rel / "report.html"
+        page.write_text(page.read_text().replace("Privacy guarantees", "Privacy guarantee!"))
+        forge(rel, lambda m: None)
+    else:
+        forge(rel, lambda m: m.__setitem__("seed", m["seed"] + 1))
+    code, result = verify(cli, rel, "--key", pub)
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith("signature: manifest.sig is not a valid signature of manifest.json") for f in bad), bad
+
+
+def test_an_unsigned_release_says_so_and_fails_with_a_key(cli, project, tmp_path):
+    rel = released(cli, project)
+    res = cli("verify", rel)
+    assert res.exit_code == 0 and "ok    signature: unsigned" in res.output
+    code, result = verify(cli, rel)
+    assert code == 0 and result["signature"]["status"] == "unsigned"
+    pub = keygen(cli, tmp_path / "k")
+    res = cli("verify", rel, "--key", pub)
+    assert res.exit_code == 1 and "FAIL  signature: the release is unsigned" in res.output
+    # a signature file the manifest does not account for is not a signature
+    (rel / "manifest.sig").write_text("AAAA\n")
+    code, result = verify(cli, rel)
+    assert code == 1 and "signature: manifest.sig is present, but the manifest records no signature" in failures(result)
+
+
+def test_without_cryptography_signing_says_which_extra_to_install(cli, project, monkeypatch):
+    rel = released(cli, project)
+    (project / "k.pub").write_text("x")
+    for name in [n for n in sys.modules if n == "cryptography" or n.startswith("cryptography.")] + ["cryptography"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    res = cli("verify", rel, "--key", project / "k.pub")
+    assert res.exit_code == 2
+    assert res.output.strip().count("\n") == 0 and "pip install 'anonflow[sign]'" in res.output
+    res = cli("keygen", project / "new")
+    assert res.exit_code == 2 and "pip install 'anonflow[sign]'" in res.output and not (project / "new").exists()
+
+
+# -- 3. every CSV is checked against its Parquet partner -------------------------------------------
+
+
+def test_verify_compares_each_csv_with_its_parquet_cell_by_cell(cli, project):
+    rel = released(cli, project)
+    code, result = verify(cli, rel)
+    assert code == 0, failures(result)
+    assert any(i["what"] == "file published.csv" and i["detail"].startswith("holds exactly the records of "
+                                                                             "published.parquet")
+               for i in result["findings"])
+    # one record's quasi-identifier made unique (k = 1 in the CSV), every digest recomputed
+    path = rel / "published.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    cells = lines[1].split(",")
+    cells[0] = "123456789"
+    lines[1] = ",".join(cells)
+    path.write_text("".join(lines))
+    forge(rel, lambda m: None)
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith("file published.csv: does not hold the records of published.parquet: record 1, column "
+                            "'AFNLWGT': the CSV holds '123456789'") for f in bad), bad
+
+
+@pytest.mark.parametrize("edit", ["header", "drop-row", "null"])
+def test_verify_names_a_csv_header_row_or_null_that_differs(cli, project, edit):
+    rel = released(cli, project)
+    path = rel / "published.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    if edit == "header":
+        lines[0] = lines[0].replace('"AFNLWGT"', '"AFNLWGT2"')
+    elif edit == "drop-row":
+        del lines[5]
+    else:
+        cells = lines[3].split(",")
+        cells[1] = ""
+        lines[3] = ",".join(cells)
+    path.write_text("".join(lines))
+
+    def fix_rows(m):
+        for f in m["files"]:
+            if f["path"] == "published.csv":
+                f["rows"] = len(lines) - 1
+
+    forge(rel, fix_rows)
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = [f for f in failures(result) if f.startswith("file published.csv: does not hold the records")]
+    expect = {"header": "its header is", "drop-row": "holds 1079 records", "null": "record 3, column 'AGI'"}[edit]
+    assert bad and expect in bad[0], failures(result)
+
+
+# -- 4. CSV formula injection ----------------------------------------------------------------------
+
+FORMULAS = ["=1+2", "+SUM(A1)", "-2+3", "@cmd", "\tx", "plain", "a=b", "=HYPERLINK(\"http://x\")"]
+
+
+def formula_project(folder: Path) -> Path:
+    rows = ["age,income,note,disease"]
+    for i in range(48):
+        note = FORMULAS[i % len(FORMULAS)].replace('"', '""')
+        disease = ["=flu", "cold", "+asthma", "@gout"][i % 4]
+        rows.append(f"{20 + i},{-1000 * (i % 7) - 5},\"{note}\",{disease}")
+    (folder / "data.csv").write_text("\n".join(rows) + "\n")
+    return write(folder / "wf.yaml", """
+        name: formulas
+        seed: 1
+        sources:
+          people: {path: data.csv}
+        steps:
+          typed:
+            uses: typing
+            input: people
+            with: {quasi: [age, income], sensitive: [disease], insensitive: [note]}
+          grouped:
+            uses: alpha-k-gca
+            input: typed
+            with: {k: 3, alpha: 0.5}
+          plain:
+            uses: publish
+            input: grouped
+            with: {publisher: csv, path: plain.csv}
+          raw:
+            uses: publish
+            input: grouped
+            with: {publisher: csv, path: raw.csv, escape_formulas: false}
+          pair:
+            uses: publish
+            input: grouped
+            with: {publisher: lossy-join, path: pair, format: csv}
+          release:
+            uses: publish
+            input: grouped
+            with: {publisher: release, path: release, layout: lossy-join}
+          flat:
+            uses: publish
+            input: grouped
+            with: {publisher: release, path: flat}
+        """)
+
+
+def test_every_csv_escapes_formula_cells_and_verify_accounts_for_it(cli, tmp_path):
+    import pyarrow.csv as pacsv
+
+    wf = formula_project(tmp_path)
+    out = tmp_path / "o"
+    run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", out)
+
+    def text_cells(path: Path) -> pa.Table:
+        return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+            column_types={"note": pa.string(), "disease": pa.string(), "income": pa.string()}))
+
+    plain = text_cells(out / "plain.csv")
+    notes = plain.column("note").to_pylist()
+    for value in notes:
+        assert not value.startswith(("=", "+", "-", "@", "\t", "\r")), value
+    assert "'=1+2" in notes and "'-2+3" in notes and "'\tx" in notes and "plain" in notes and "a=b" in notes
+    assert "'=HYPERLINK(\"http://x\")" in notes
+    assert all(v.startswith("-") for v in plain.column("income").to_pylist())   # numbers are never escaped
+    assert set(plain.column("disease").to_pylist()) == {"'=flu", "cold", "'+asthma", "'@gout"}
+    raw = text_cells(out / "raw.csv")
+    assert "=1+2" in raw.column("note").to_pylist()                      # escape_formulas: false
+    sa = text_cells(out / "pair-sa.csv")
+    assert "'=flu" in sa.column("disease").to_pylist() and "'@gout" in sa.column("disease").to_pylist()
+    for rel, csv_name in ((out / "release", "published-sa.csv"), (out / "flat", "published.csv")):
+        cells = text_cells(rel / csv_name).column("disease").to_pylist()
+        assert "'=flu" in cells and "=flu" not in cells
+        assert "=flu" in pq.read_table(rel / csv_name.replace(".csv", ".parquet")).column("disease").to_pylist()
+        code, result = verify(cli, rel)
+        assert code == 0, failures(result)
+    # an unescaped formula slipped into a release CSV (digests recomputed) is caught
+    rel = out / "flat"
+    path = rel / "published.csv"
+    path.write_text(path.read_text().replace("\"'=flu\"", "\"=flu\"", 1))
+    forge(rel, lambda m: None)
+    code, result = verify(cli, rel)
+    assert code == 1
+    assert any("the CSV holds '=flu', its Parquet partner \"'=flu\"" in f for f in failures(result)), failures(result)
+
+
+# -- 5. the two k figures of a lossy-join release ---------------------------------------------------
+
+
+def test_a_lossy_join_release_states_both_k_figures(cli, tmp_path):
+    wf = formula_project(tmp_path)
+    out = tmp_path / "o"
+    run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", out)
+    rel = out / "release"
+    m = json.loads((rel / "manifest.json").read_text())
+    checks = {c["check"]: c for c in m["checks"]}
+    # independently: classes by class id, and groups of identical QI tuples in the QI table
+    qi = pq.read_table(rel / "published-qi.parquet")
+    by_class = qi.group_by("class_id").aggregate([([], "count_all")]).column("count_all").to_pylist()
+    by_qi = qi.group_by(["age", "income"]).aggregate([([], "count_all")]).column("count_all").to_pylist()
+    assert min(by_class) >= 3 and min(by_qi) == 1
+    k = checks["lossy-join-k"]
+    assert k["result"] == {"class_k": float(min(by_class)), "qi_table_k": float(min(by_qi)),
+                           "qi_table_unique_records": float(sum(1 for n in by_qi if n == 1))}
+    assert k["holds"] is None and "not of the QI values" in k["meaning"]
+    page = (rel / "report.html").read_text()
+    assert "It is <em>not</em> k-anonymity of the QI values" in page
+    assert f"k = {min(by_class)}</strong>" in page and f"holds <strong>{min(by_qi)}</strong> record(s)" in page
+    res = cli("verify", rel)
+    assert res.exit_code == 0, res.output
+    assert (f"k-anonymity of the classes (records per class id) = {min(by_class)}, not of the QI values: the "
+            f"published QI table's smallest group of identical QI tuples holds {min(by_qi)} record(s)") in res.output
+    assert "privacy check k-anonymity" in res.output and ("k-anonymity of the classes (records per class id), not of "
+                                                          "the QI values\n") in res.output
+    # a forged QI-table figure, digests recomputed, is recomputed from the files and caught
+    forge(rel, lambda m: next(c for c in m["checks"] if c["check"] == "lossy-join-k")["result"].__setitem__(
+        "qi_table_k", 3.0))
+    code, result = verify(cli, rel)
+    assert code == 1
+    assert any("privacy check lossy-join-k" in f and "qi_table_k: recorded 3.0, now 1.0" in f
+               for f in failures(result)), failures(result)
+
+
+@pytest.mark.parametrize("key,message", [
+    ("/etc/release.key", "'sign' must be a key file inside the workflow's folder"),
+    ("../release.key", "'sign' must be a key file inside the workflow's folder"),
+    ("keys/missing.key", "signing key"),
+    ("data/sdcmicro/CASCrefmicrodata.csv", "is not a PEM private key"),
+])
+def test_a_bad_signing_key_is_one_clear_line(cli, project, key, message):
+    wf = census_workflow(project, extra=SIGNED.replace("keys/release.key", key))
+    res = cli("run", wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
+    assert res.exit_code == 2, res.output
+    assert message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    assert not (project / "out" / "release").exists()
