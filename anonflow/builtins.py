@@ -144,12 +144,15 @@ class TypingStep(Builtin):
         Param("label", "any", default=[], help="class label(s) used only by utility metrics"),
         Param("insensitive", "any", default=[], help="columns published unchanged"),
         Param("identifier", "any", default=[], help="direct identifiers: dropped"),
-        Param("others", "str", default="insensitive", choices=("insensitive", "drop"),
-              help="role of columns not named above"),
+        Param("others", "str", default="drop", choices=("drop", "insensitive"),
+              help="columns not named above: dropped (default), or published as they are (an undeclared "
+                   "column that looks like an identifier is then an error)"),
         Param("missing", "str", default="error", choices=("error", "drop", "category"),
               help="missing values: fail, drop the record (counted), or make them a category"),
         Param("missing_values", "list", items="str", default=[],
-              help="extra strings that mean 'missing' (e.g. '?'); empty cells are always missing"),
+              help="extra strings that mean 'missing' (e.g. '?'); empty and whitespace-only cells always are"),
+        Param("not_missing", "list", items="str", default=[],
+              help="common spellings of 'missing' (NA, null, ?, -, ...) that are real values in this data"),
     )
 
     def check_params(self, given, registry, where, base_dir=None):
@@ -177,6 +180,7 @@ class TypingStep(Builtin):
 
     def validate(self, params, inputs, registry, where):
         roles = self.roles(params, where)
+        _check_missing_params(params, where)
         if not any(r == "quasi" for r, _ in roles.values()):
             raise WorkflowError("name at least one quasi-identifier under 'quasi'", where=where)
         cols = inputs[0].columns
@@ -192,25 +196,48 @@ class TypingStep(Builtin):
 
     def run(self, table: pa.Table, params: Mapping[str, Any], ctx: StepContext, where: str) -> tuple[TypedTable, dict]:
         roles = self.roles(params, where)
+        _check_missing_params(params, where)
         summary: dict[str, Any] = {"records_in": table.num_rows}
         keep = [c for c in table.column_names if c != ROW and (
             (c in roles and roles[c][0] != "identifier") or (c not in roles and params["others"] == "insensitive"))]
         dropped_cols = [c for c in table.column_names if c != ROW and c not in keep]
         if dropped_cols:
             summary["columns_dropped"] = dropped_cols
+        undeclared = [c for c in table.column_names if c != ROW and c not in roles]
+        if undeclared and params["others"] == "drop":
+            ctx.note(f"columns not named in the typing were dropped (others: drop): {', '.join(undeclared)}")
+        for c in table.column_names:
+            if c == ROW or (c in roles and roles[c][0] != "insensitive") or c not in keep:
+                continue
+            why = _identifier_like(c, table.column(c))
+            if why and c not in roles:
+                raise InputError(f"column {c!r} is named in no role and {why}, so it looks like an identifier; "
+                                 f"declare it under 'identifier' (dropped) or under 'insensitive' (published as it "
+                                 "is, deliberately)", where=where)
+            if why:
+                ctx.note(f"column {c!r} is declared insensitive and is published as it is, though {why}")
         table = table.select([ROW, *keep])
 
-        # missing values: nulls, plus the declared markers in string columns
+        # missing values: nulls, NaN, empty and whitespace-only text, and the declared markers
         markers = pa.array(list(params["missing_values"]), type=pa.string())
         missing_masks = {}
         for c in keep:
             col = table.column(c)
             mask = pc.is_null(col)
-            if len(markers) and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-                mask = pc.or_(mask, pc.fill_null(pc.is_in(col, value_set=markers), False))
+            if _is_text(col.type):
+                blank = pc.equal(pc.utf8_trim_whitespace(col), "")
+                if len(markers):
+                    blank = pc.or_(blank, pc.is_in(col, value_set=markers))
+                mask = pc.or_(mask, pc.fill_null(blank, False))
+            elif pa.types.is_floating(col.type):  # a NaN (a CSV's "NaN" reads as one) is missing too
+                mask = pc.or_(mask, pc.fill_null(pc.is_nan(col), False))
             n_missing = pc.sum(mask).as_py() or 0
             if n_missing:
                 missing_masks[c] = (mask, n_missing)
+        for c in keep:
+            if roles.get(c, ("insensitive",))[0] in ("quasi", "sensitive", "label"):
+                _check_missing_spellings(table.column(c), c, missing_masks.get(c, (None,))[0],
+                                         params["not_missing"], where)
         if missing_masks:
             policy = params["missing"]
             counts = {c: n for c, (_, n) in missing_masks.items()}
@@ -232,7 +259,7 @@ class TypingStep(Builtin):
             else:  # category
                 for c, (mask, _) in missing_masks.items():
                     col = table.column(c)
-                    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+                    if not _is_text(col.type):
                         raise InputError(f"column {c!r} is numeric: missing values cannot be a category; "
                                          "use missing: drop", where=where)
                     filled = pc.if_else(mask, pa.scalar(MISSING_CATEGORY), col)
@@ -262,7 +289,10 @@ class TypingStep(Builtin):
                 options = {"beta": float(spec.get("beta", 1.0)), "w12": float(spec.get("w12", 0.0))}
             if "grading" in spec:
                 grading = Grading.from_json(spec["grading"])
-                for note in check_grading_against(grading, col, c, where):
+                graded = col
+                if params["missing"] == "category" and c in missing_masks:  # a missing value takes no level
+                    graded = pc.filter(col, pc.invert(missing_masks[c][0]))
+                for note in check_grading_against(grading, graded, c, where):
                     ctx.note(note)
                 options["grading"] = spec["grading"]
             attributes.append(Attribute(
@@ -273,6 +303,78 @@ class TypingStep(Builtin):
         summary["records_out"] = table.num_rows
         summary["typing"] = {a.name: f"{a.role}:{a.type}" if a.type else a.role for a in attributes}
         return TypedTable(table, Typing(tuple(attributes), params["missing"])), summary
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+#: spellings of "missing" that a quasi-identifier, sensitive or label text column may not hold
+#: unless the workflow says what they are (``missing_values`` or ``not_missing``); compared
+#: after trimming whitespace, ignoring case.
+MISSING_SPELLINGS = ("na", "n/a", "#n/a", "n.a.", "null", "none", "nan", "nil", "missing", "?", "-", "--", ".")
+
+
+def _check_missing_params(params: Mapping[str, Any], where: str) -> None:
+    both = set(map(str, params["missing_values"])) & set(map(str, params["not_missing"]))
+    if both:
+        raise WorkflowError(f"{sorted(both)[0]!r} is listed under both missing_values and not_missing; "
+                            "keep it in one", where=where)
+    if params["missing"] == "category" and MISSING_CATEGORY in map(str, params["not_missing"]):
+        raise WorkflowError(f"not_missing lists {MISSING_CATEGORY!r}, but missing: category writes {MISSING_CATEGORY!r} "
+                            "for a missing value: the two could not be told apart; use missing: drop, or recode "
+                            f"the real value {MISSING_CATEGORY!r}", where=where)
+
+
+def _check_missing_spellings(col: pa.ChunkedArray, c: str, missing: Any, allowed: Sequence[str],
+                             where: str) -> None:
+    """A common spelling of "missing" in a quasi-identifier, sensitive or label column must be
+    declared: under ``missing_values`` (missing) or ``not_missing`` (a real value). Otherwise
+    it would silently count as one more real, diverse value."""
+    if not _is_text(col.type):
+        return
+    key = pc.utf8_lower(pc.utf8_trim_whitespace(col))
+    odd = pc.is_in(key, value_set=pa.array(MISSING_SPELLINGS, pa.string()))
+    if allowed:
+        odd = pc.and_(odd, pc.invert(pc.is_in(col, value_set=pa.array(list(map(str, allowed)), pa.string()))))
+    if missing is not None:
+        odd = pc.and_(odd, pc.invert(missing))
+    odd = pc.fill_null(odd, False)
+    if not pc.any(odd).as_py():
+        return
+    found = pc.value_counts(pc.filter(col, odd)).to_pylist()
+    value, n = found[0]["values"], found[0]["counts"]
+    more = f" (and {len(found) - 1} other such spelling(s))" if len(found) > 1 else ""
+    raise InputError(f"column {c!r} holds {value!r} {n} time(s){more}, a common spelling of a missing value; say "
+                     f"what it is: missing_values: [{value!r}] (missing) or not_missing: [{value!r}] (a real value)",
+                     where=where)
+
+
+#: column names that say "identifier" (compared lowercase, as whole words: ``record_id``,
+#: ``recordId``, ``Household ID``), and compact forms that end in ``id`` (``hhid``).
+_ID_WORDS = frozenset(("id", "ids", "uid", "uuid", "guid", "pid", "hhid", "hid", "rid", "recid", "ssn", "sin",
+                       "nino", "passport", "name", "names", "fullname", "firstname", "lastname", "surname",
+                       "username", "email", "mail", "phone", "telephone", "mobile", "iban", "address"))
+_ID_PREFIXES = ("household", "hh", "person", "pers", "record", "rec", "patient", "customer", "cust", "client",
+                "user", "member", "respondent", "resp", "case", "row", "subject", "employee", "emp", "account")
+
+
+def _identifier_like(name: str, col: pa.ChunkedArray) -> str | None:
+    """Why an undeclared column looks like a direct identifier (its name, or values distinct for
+    at least 90 % of at least 20 records), or None."""
+    import re
+
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    words = [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
+    compact = "".join(words)
+    if any(w in _ID_WORDS for w in words) or any(compact == p + "id" or compact == p + "no" for p in _ID_PREFIXES):
+        return "its name says so"
+    n = len(col) - col.null_count
+    if n >= 20:
+        distinct = pc.count_distinct(col).as_py()
+        if distinct >= 0.9 * n:
+            return f"its values are distinct for {distinct} of {n} records"
+    return None
 
 
 def infer_type(col: pa.ChunkedArray) -> str:
@@ -365,16 +467,17 @@ class FilterStep(Builtin):
     )
 
     def validate(self, params, inputs, registry, where):
-        if not params["where"].strip():
-            raise WorkflowError("'where' must be an SQL condition", where=where)
+        from .store import check_condition
+
+        check_condition(params["where"], where=where)
         return inputs[0].columns
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext, where: str) -> tuple[TypedTable, dict]:
-        try:
-            data = ctx.sql(f"SELECT * FROM input WHERE ({params['where']}) ORDER BY {ROW}", input=table.data)
-        except Exception as exc:  # DuckDB's parser/binder message names the problem
-            raise InputError(f"cannot apply where: {params['where']!r}: {str(exc).splitlines()[0]}",
-                             where=where) from None
+        # user SQL runs sandboxed (anonflow.store.condition_mask): it sees only the input records, reads no file
+        from .store import condition_mask
+
+        ordered = table.data.sort_by(ROW)
+        data = ordered.filter(condition_mask(params["where"], ordered, where=where))
         removed = table.num_rows - data.num_rows
         ctx.note(f"kept {data.num_rows} of {table.num_rows} records ({removed} removed by {params['where']!r})")
         return table.replace(data=data.cast(table.data.schema)), {"records_in": table.num_rows,
@@ -645,9 +748,19 @@ class PublishStep(Builtin):
         return own, reg, rest
 
     def validate(self, params, inputs, registry, where):
+        from .outputs import check_output_path
+
         if not inputs[0].typed:
             raise WorkflowError(f"input {inputs[0].name!r} is not typed; publish a typing or algorithm step's output",
                                 where=where)
+        own, reg, rest = self.validate_all(params, registry, where)
+        for key in getattr(reg.obj, "outputs", ("path",)):
+            if rest.get(key) is not None:
+                check_output_path(rest[key], where=where, param=key)
+        try:  # what the publisher can tell without the table (paths given, names) fails here, not after the run
+            reg.obj.check(rest)
+        except InputError as exc:
+            raise WorkflowError(exc.message, where=where) from None
         return None
 
     def run(self, table: TypedTable, params: Mapping[str, Any], registry: Any, ctx: StepContext,

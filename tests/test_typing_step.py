@@ -28,16 +28,16 @@ def test_inference_numbers_codes_and_categories():
     assert "id" not in typed.columns and summary["columns_dropped"] == ["id"]
 
 
-def test_declared_types_override_inference_and_others_default_to_insensitive():
-    typed, _ = run({"edu": ["HS", "BSc", "MSc"], "x": [1, 2, 3], "note": ["a", "b", "c"]},
-                   quasi={"edu": {"type": "ordinal", "order": ["HS", "BSc", "MSc"], "weights": [1, 2]},
-                          "x": "nominal"})
+def test_declared_types_override_inference_and_others_default_to_drop():
+    typed, summary = run({"edu": ["HS", "BSc", "MSc"], "x": [1, 2, 3], "note": ["a", "b", "c"]},
+                         quasi={"edu": {"type": "ordinal", "order": ["HS", "BSc", "MSc"], "weights": [1, 2]},
+                                "x": "nominal"})
     edu = typed.typing.get("edu")
     assert edu.type == "ordinal" and edu.order == ("HS", "BSc", "MSc") and edu.weights == (1.0, 2.0)
     assert typed.typing.get("x").type == "nominal"
-    assert typed.typing.get("note").role == "insensitive"
-    typed, _ = run({"x": [1, 2], "note": ["a", "b"]}, quasi=["x"], others="drop")
-    assert typed.columns == ["_row", "x"]
+    assert "note" not in typed.columns and summary["columns_dropped"] == ["note"]
+    typed, _ = run({"x": [1, 2], "note": ["a", "b"]}, quasi=["x"], others="insensitive")
+    assert typed.columns == ["_row", "x", "note"] and typed.typing.get("note").role == "insensitive"
 
 
 def test_ordinal_order_must_cover_every_value():

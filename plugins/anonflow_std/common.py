@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import InputError, TypedTable
+from anonflow.api import InputError, Partition, TypedTable
+from anonflow.builtins import MISSING_CATEGORY
+
+if TYPE_CHECKING:
+    from anonflow.kernels.encode import Encoded
 
 
 def continuous_quasi(table: TypedTable, plugin: str) -> list[str]:
@@ -63,3 +67,79 @@ def sensitive_codes(table: TypedTable, column: str, plugin: str) -> np.ndarray:
     rank = np.empty(order.shape[0], dtype=np.int64)
     rank[order] = np.arange(order.shape[0])
     return rank[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
+
+
+# -- missing sensitive values -------------------------------------------------------------
+#
+# The policy (docs/algorithms.md, "Missing values"): a missing sensitive value is never a
+# distinct value and never diversity. Under the typing step's ``missing: category`` a missing
+# value of a text column is the category ``?`` (:data:`anonflow.builtins.MISSING_CATEGORY`);
+# the typing records that mode, so the marker is known from it, never guessed from the data.
+# Under ``error`` and ``drop`` no missing value is left in a typed table.
+
+
+def missing_marker(table: TypedTable) -> str | None:
+    """The value standing for "missing" in the text columns of ``table`` (the category of
+    ``missing: category``), or None when its typing left no missing value."""
+    return MISSING_CATEGORY if table.typing.missing == "category" else None
+
+
+def missing_sensitive(table: TypedTable, column: str) -> np.ndarray:
+    """``(n,)`` bool: the records whose value of ``column`` is missing (the typing's marker)."""
+    marker = missing_marker(table)
+    col = table.data.column(column)
+    if marker is None or not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return np.zeros(table.num_rows, dtype=bool)
+    return pc.fill_null(pc.equal(col, marker), False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _marker_code(partition: Partition, column: str) -> tuple[np.ndarray, list[str], int]:
+    codes, values = partition.codes(column)
+    marker = missing_marker(partition.table)
+    j = values.index(marker) if marker is not None and marker in values else -1
+    return codes, values, j
+
+
+def real_distinct(partition: Partition, column: str) -> np.ndarray:
+    """Distinct *real* values of ``column`` per class (a missing value is not one)."""
+    codes, values, j = _marker_code(partition, column)
+    if j < 0:
+        return partition.distinct(column)
+    m = len(values)
+    pairs = np.unique(partition.classes * m + codes)
+    pairs = pairs[pairs % m != j]
+    return np.bincount(pairs // m, minlength=partition.n_classes)
+
+
+def real_counts(partition: Partition, column: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``(counts, real, values)``: the records of each class with each real value of ``column``
+    (``(n_classes, m)``, columns in the order of ``values``), and each class's records with a
+    real value (its size less its missing values)."""
+    counts = partition.counts(column)
+    _, values, j = _marker_code(partition, column)
+    if j >= 0:
+        counts = np.delete(counts, j, axis=1)
+        values = values[:j] + values[j + 1:]
+    return counts, counts.sum(axis=1), values
+
+
+def join_nearest(enc: "Encoded", labels: np.ndarray, pending: np.ndarray) -> int:
+    """Put each record of ``pending`` (indices, in order) into the class of its nearest record
+    that is already in one (``labels >= 0``): the record-to-record distance of SPEC section 4
+    (Def. 8) on the encoded quasi-identifiers; ties go to the lowest position. Classes are
+    those of the records placed before: a pending record joins no other pending record.
+    Returns how many were placed (none when no record is in a class). Used for the records
+    whose sensitive value is missing: they take no part in building classes, and joining a
+    class never lowers its real distinct values or raises a real value's share c / r."""
+    from anonflow.kernels.distance import record_distances
+
+    pending = np.asarray(pending, dtype=np.int64)
+    classed = np.flatnonzero(labels >= 0)
+    if not classed.size or not pending.size:
+        return 0
+    targets = labels[classed]
+    chosen = np.empty(pending.size, dtype=np.int64)
+    for j, i in enumerate(pending.tolist()):  # one vectorized distance row per pending record
+        chosen[j] = targets[int(np.argmin(record_distances(enc, i, rows=classed)))]
+    labels[pending] = chosen
+    return int(pending.size)

@@ -66,7 +66,7 @@ from anonflow.kernels.generalized import (
 )
 
 from . import __version__
-from .common import sensitive_attribute, sensitive_codes
+from .common import join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
 
 __all__ = ["LClustering", "GeneralizationLoss", "RelativeLoss", "l_clustering", "QISpace", "qi_space",
            "infer_resolution", "published_values"]
@@ -675,10 +675,13 @@ class LClustering(Algorithm):
         if col.null_count:
             raise InputError(f"{self.name}: sensitive column {s!r} has {col.null_count} missing value(s); the "
                              "typing step's 'missing' policy must drop them or make them a category")
-        distinct = pc.count_distinct(col).as_py()
+        n_miss = int(missing_sensitive(table, s).sum())
+        distinct = pc.count_distinct(col).as_py() - (1 if n_miss else 0)  # a missing value is not one
         if params["l"] > distinct:
             raise InputError(f"parameter 'l' = {params['l']} is larger than the number of distinct values of "
-                             f"sensitive attribute {s!r} ({distinct}); no class can hold {params['l']} distinct values")
+                             f"sensitive attribute {s!r} ({distinct}"
+                             + (f", not counting its {n_miss} missing value(s)" if n_miss else "")
+                             + f"); no class can hold {params['l']} distinct values")
         for q in quasi:
             for extra in structured_names(q, table.typing.get(q).type):
                 if extra in table.columns:
@@ -690,11 +693,26 @@ class LClustering(Algorithm):
         space = qi_space(table, params["weights"], params["resolution"])
         s_codes = sensitive_codes(table, s_name, self.name)
         advance = ctx.progress(table.num_rows, self.name)
-        labels, stats = l_clustering(space.values, space.codes, s_codes, params["l"], space.domain, ctx.rng,
-                                     progress=advance)
+        miss = missing_sensitive(table, s_name)
+        if miss.any():
+            # a missing sensitive value is no value (docs/algorithms.md, "Missing values"): the
+            # classes are built from the records with a real one; the others then join their
+            # nearest record's class (never lowering its distinct values)
+            real = np.flatnonzero(~miss)
+            codes = np.unique(s_codes[real], return_inverse=True)[1].reshape(-1)
+            labels = np.full(table.num_rows, -1, dtype=np.int64)
+            labels[real], stats = l_clustering(space.values[real], space.codes[real], codes, params["l"],
+                                               space.domain, ctx.rng, progress=advance)
+            join_nearest(encode(table, check_quasi(table, self.name)), labels, np.flatnonzero(miss))
+            advance(int(miss.sum()))
+        else:
+            labels, stats = l_clustering(space.values, space.codes, s_codes, params["l"], space.domain, ctx.rng,
+                                         progress=advance)
         ctx.note(f"{stats['classes']} classes ({stats['merges']} merges of a formed class into a new one); "
                  f"{stats['leftovers']} record(s) joined their nearest class once fewer than l = {params['l']} "
-                 "distinct sensitive values remained")
+                 "distinct sensitive values remained"
+                 + (f"; {int(miss.sum())} record(s) with a missing {s_name} value joined the class of their nearest "
+                    "record" if miss.any() else ""))
         return publish_generalized(table, space, labels)
 
 

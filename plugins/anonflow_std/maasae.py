@@ -57,7 +57,7 @@ from anonflow.kernels.distance import centroids
 from anonflow.kernels.encode import Continuous, Encoded, Nominal, Ordinal, Semantic, encode
 
 from . import __version__
-from .common import sensitive_attribute, sensitive_codes
+from .common import join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
 
 __all__ = ["Maasae", "maasae_partition", "record_scores", "entropy", "apf", "OBJECTIVES"]
 
@@ -1016,10 +1016,15 @@ class Maasae(Algorithm):
         if col.null_count:
             raise InputError(f"sensitive column {s!r} has {col.null_count} missing value(s); the typing step's "
                              "'missing' policy must drop them or make them a category")
-        distinct = len(pc.unique(col))
+        miss = missing_sensitive(table, s)
+        n_miss = int(miss.sum())
+        distinct = len(pc.unique(col)) - (1 if n_miss else 0)  # a missing value is not a distinct value
         if distinct < p:
             raise InputError(f"parameter 'p' = {p} needs at least {p} distinct values of the sensitive attribute "
-                             f"{s!r}, which has {distinct}")
+                             f"{s!r}, which has {distinct}" + (f" (and {n_miss} missing value(s))" if n_miss else ""))
+        if n_miss and table.num_rows - n_miss < k:
+            raise InputError(f"parameter 'k' = {k} is larger than the records with a real value of {s!r} "
+                             f"({table.num_rows - n_miss}; {n_miss} are missing)")
         if distinct * (table.num_rows // k + 1) > MAX_COUNTS:
             raise InputError(f"maasae keeps a count per class and sensitive value: {distinct} distinct values of "
                              f"{s!r} in up to {table.num_rows // k + 1} classes is too many; is {s!r} really a "
@@ -1032,11 +1037,26 @@ class Maasae(Algorithm):
         enc = encode(table)
         advance = ctx.progress(table.num_rows, "maasae")
         stats: dict[str, int] = {}
-        labels = maasae_partition(enc, s_codes, params["k"], params["p"], params["objective"], ctx.rng,
-                                  progress=advance, stats=stats)
+        miss = missing_sensitive(table, s)
+        if miss.any():
+            # a missing sensitive value is no value (docs/algorithms.md, "Missing values"): the
+            # classes are built from the records with a real one; the others then join their
+            # nearest record's class (never lowering its distinct values)
+            real = np.flatnonzero(~miss)
+            codes = np.unique(s_codes[real], return_inverse=True)[1].reshape(-1)
+            labels = np.full(table.num_rows, -1, dtype=np.int64)
+            labels[real] = maasae_partition(enc.take(real), codes, params["k"], params["p"], params["objective"],
+                                            ctx.rng, progress=advance, stats=stats)
+            join_nearest(enc, labels, np.flatnonzero(miss))
+            advance(int(miss.sum()))
+        else:
+            labels = maasae_partition(enc, s_codes, params["k"], params["p"], params["objective"], ctx.rng,
+                                      progress=advance, stats=stats)
         g = int(labels.max()) + 1
         ctx.note(f"{g} classes; {stats['merges']} merge(s) of formed classes; {stats['leftover']} leftover "
-                 f"record(s) joined existing classes")
+                 f"record(s) joined existing classes"
+                 + (f"; {int(miss.sum())} record(s) with a missing {s} value joined the class of their nearest "
+                    "record" if miss.any() else ""))
         return publish_centroids(table, enc, labels, g)
 
 

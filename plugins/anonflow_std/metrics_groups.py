@@ -33,7 +33,8 @@ from anonflow.kernels.distance import il_by_class
 from anonflow.kernels.encode import encode
 
 from . import __version__
-from .alphak import published_part, sensitive_column, table_counts_sql
+from .alphak import flagged_counts_sql, published_part, sensitive_column, table_counts_sql
+from .common import missing_marker, real_distinct
 from .metrics import sql_ident
 
 BY = Param("by", "str", default=None, nullable=True, choices=("class", "values"),
@@ -52,9 +53,11 @@ def _by(table: TypedTable, params: Mapping[str, Any], metric: str) -> str:
 
 
 def _counts_sql(table: TypedTable, data: pa.Table, sensitive: str, by: str) -> str:
-    """``(cls, value, c, n)`` per class and sensitive value (see :func:`table_counts_sql`)."""
+    """``(cls, value, c, n, miss, r)`` per class and sensitive value (see :func:`table_counts_sql`
+    and :func:`flagged_counts_sql`): ``miss`` flags the typing's missing-value marker, ``r`` is
+    the class's records with a real value."""
     columns = data.column_names if by == "class" else [c for c in data.column_names if c != CLASS]
-    return table_counts_sql(columns, table.typing.quasi, sensitive)
+    return flagged_counts_sql(table_counts_sql(columns, table.typing.quasi, sensitive), missing_marker(table))
 
 
 def _published(table: TypedTable, by: str) -> pa.Table:
@@ -77,6 +80,13 @@ def _claimed(table: TypedTable, key: str) -> Any:
     if key == "p":
         return claims.get("p-sensitive-k-anonymity", {}).get("p")
     return claims.get("l-diversity", {}).get("l", claims.get("p-sensitive-k-anonymity", {}).get("p"))
+
+
+def _missing_out(out: dict[str, float], metric: str, row: Mapping[str, Any], s: str, ctx: StepContext) -> None:
+    """Report the records whose sensitive value is missing: they count as no distinct value."""
+    if row["missing"]:
+        out[f"{metric}.missing_sensitive"] = float(row["missing"])
+        ctx.note(f"{metric}: {row['missing']} record(s) have a missing {s} value; it counts as no distinct value")
 
 
 def _worst_note(ctx: StepContext, metric: str, row: Mapping[str, Any], what: str) -> None:
@@ -148,11 +158,15 @@ class AvgEnt(Metric):
         data = _published(anonymized, by)
         row = ctx.sql(
             f"WITH counts AS ({_counts_sql(anonymized, data, s, by)}), "
-            "ent AS (SELECT cls, -sum((c / n) * log2(c / n)) AS e FROM counts GROUP BY cls) "
-            "SELECT avg(e) AS mean, min(e) AS least, max(e) AS most, count(*) AS classes FROM ent",
+            "ent AS (SELECT cls, coalesce(-sum((c / r) * log2(c / r)) FILTER (WHERE NOT miss), 0) AS e, "
+            "coalesce(sum(c) FILTER (WHERE miss), 0) AS m FROM counts GROUP BY cls) "
+            "SELECT avg(e) AS mean, min(e) AS least, max(e) AS most, count(*) AS classes, sum(m) AS missing FROM ent",
             published=data).to_pylist()[0]
-        return {"avg-ent": float(row["mean"] or 0.0), "avg-ent.min": float(row["least"] or 0.0),
-                "avg-ent.max": float(row["most"] or 0.0), "avg-ent.classes": float(row["classes"] or 0)}
+        out = {"avg-ent": float(row["mean"] or 0.0), "avg-ent.min": float(row["least"] or 0.0),
+               "avg-ent.max": float(row["most"] or 0.0), "avg-ent.classes": float(row["classes"] or 0)}
+        if row["missing"]:  # entropy over the real values only: a missing value adds none
+            out["avg-ent.missing_sensitive"] = float(row["missing"])
+        return out
 
 
 class Cavg(Metric):
@@ -181,14 +195,16 @@ class Cavg(Metric):
 
 def _diversity_report(ctx: StepContext, table: TypedTable, data: pa.Table, s: str, by: str,
                       k: int | None, p: int | None) -> dict[str, Any]:
-    """Per class: size n and distinct sensitive values d. Returns the number of classes, the
-    smallest n and d, the classes with n < k or d < p, and the worst class (least d, then
-    least n, then lowest class number)."""
+    """Per class: size n and distinct *real* sensitive values d (the missing-value marker is
+    not one). Returns the number of classes, the smallest n and d, the classes with n < k or
+    d < p, the records with a missing value, and the worst class (least d, then least n, then
+    lowest class number)."""
     query = f"""
         WITH counts AS ({_counts_sql(table, data, s, by)}),
-        per AS (SELECT cls, any_value(n) AS n, count(*) AS d FROM counts GROUP BY cls)
+        per AS (SELECT cls, any_value(n) AS n, count(*) FILTER (WHERE NOT miss) AS d,
+                       coalesce(sum(c) FILTER (WHERE miss), 0) AS m FROM counts GROUP BY cls)
         SELECT (SELECT count(*) FROM per) AS classes, (SELECT min(n) FROM per) AS smallest,
-               (SELECT min(d) FROM per) AS least,
+               (SELECT min(d) FROM per) AS least, (SELECT coalesce(sum(m), 0) FROM per) AS missing,
                (SELECT count(*) FROM per WHERE n < ? OR d < ?) AS violating,
                w.cls AS worst_class, w.n AS worst_size, w.d AS worst_distinct
         FROM (SELECT 1) dummy LEFT JOIN (SELECT * FROM per ORDER BY d, n, cls LIMIT 1) w ON true
@@ -217,6 +233,7 @@ class LDiversity(Metric):
         l = params["l"] if params["l"] is not None else _claimed(anonymized, "l")
         row = _diversity_report(ctx, anonymized, _published(anonymized, by), s, by, None, l)
         out = {"l-diversity": float(row["least"] or 0), "l-diversity.classes": float(row["classes"] or 0)}
+        _missing_out(out, self.name, row, s, ctx)
         if row["worst_class"] is not None and by == "class":
             out["l-diversity.worst_class"] = float(row["worst_class"])
         if l is not None:
@@ -231,7 +248,7 @@ class LDiversity(Metric):
         if l is None:
             raise InputError("l-diversity needs l, e.g. model_params: {l: 3}")
         s = sensitive_column(partition.table, params.get("sensitive"), self.name)
-        return partition.distinct(s) >= l
+        return real_distinct(partition, s) >= l
 
 
 class PSensitiveKAnonymity(Metric):
@@ -263,6 +280,7 @@ class PSensitiveKAnonymity(Metric):
                f"{n}.violating_classes": float(row["violating"]), f"{n}.holds": float(row["violating"] == 0)}
         if row["worst_class"] is not None and by == "class":
             out[f"{n}.worst_class"] = float(row["worst_class"])
+        _missing_out(out, n, row, s, ctx)
         if row["violating"]:
             _worst_note(ctx, n, row, f"{row['worst_size']} record(s), {row['worst_distinct']} distinct {s} value(s); "
                                      f"k = {k}, p = {p}")
@@ -273,7 +291,7 @@ class PSensitiveKAnonymity(Metric):
         if k is None or p is None:
             raise InputError("p-sensitive-k-anonymity needs k and p, e.g. model_params: {k: 10, p: 5}")
         s = sensitive_column(partition.table, params.get("sensitive"), self.name)
-        return (np.asarray(partition.sizes) >= k) & (partition.distinct(s) >= p)
+        return (np.asarray(partition.sizes) >= k) & (real_distinct(partition, s) >= p)
 
 
 PLUGINS = [AvgIl(), AvgEnt(), Cavg(), LDiversity(), PSensitiveKAnonymity()]
