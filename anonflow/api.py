@@ -11,7 +11,9 @@ A plugin object is an instance of one of the three base classes below, with a sh
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,7 @@ from .table import TypedTable
 
 __all__ = [
     "Algorithm", "Metric", "Publisher", "HierarchyBuilder", "Hierarchy", "Param", "REQUIRED", "StepContext", "Output",
-    "Partition",
+    "Partition", "MAX_SUPPRESSION", "suppression_limit",
     "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
     "InputError", "RunError", "PluginError", "atomic_write", "RunInfo",
 ]
@@ -52,6 +54,17 @@ class Plugin:
         """
 
 
+#: the suppression cap an algorithm that suppresses records gets (see :attr:`Algorithm.suppresses`).
+MAX_SUPPRESSION = Param("max_suppression", "float", default=0.05, min=0.0, max=1.0,
+                        help="largest fraction of the records that may be suppressed; more fails the step")
+
+
+def suppression_limit(cap: float, records: int) -> int:
+    """The most records a suppression cap (a fraction) allows out of ``records``:
+    ``floor(cap * records)`` (with a little slack for decimal fractions such as 0.05)."""
+    return int(math.floor(float(cap) * records + 1e-9))
+
+
 class Algorithm(Plugin):
     """An anonymization algorithm."""
 
@@ -60,6 +73,28 @@ class Algorithm(Plugin):
     #: post-processing algorithm (e.g. refining a partition) may take two, [original, partition]:
     #: ``run`` then receives the first as ``table`` and finds all of them in ``ctx.inputs``.
     inputs: ClassVar[int] = 1
+    #: whether ``run`` may suppress records (return them with a null ``_class``). An algorithm
+    #: that does gets the parameter ``max_suppression`` (:data:`MAX_SUPPRESSION`: a fraction in
+    #: [0, 1], default 0.05) added to its ``params`` unless it declares the one named by
+    #: :attr:`suppression_param` itself, and the engine fails the step when more than
+    #: ``floor(cap * records)`` records come back suppressed. An algorithm that does not declare
+    #: ``suppresses`` is held to a cap of 0: any suppressed record fails the step.
+    suppresses: ClassVar[bool] = False
+    #: the parameter holding the suppression cap (a fraction of the input's records).
+    suppression_param: ClassVar[str] = "max_suppression"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.suppresses and not any(p.name == cls.suppression_param for p in cls.params):
+            cls.params = (*cls.params, dataclasses.replace(MAX_SUPPRESSION, name=cls.suppression_param))
+
+    def suppression_cap(self, params: Mapping[str, Any]) -> float:
+        """The largest fraction of the input's records the step may suppress (0 unless
+        :attr:`suppresses`)."""
+        if not self.suppresses:
+            return 0.0
+        value = params.get(self.suppression_param)
+        return float(MAX_SUPPRESSION.default if value is None else value)
 
     def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         """The privacy models this algorithm guarantees for these parameters.
@@ -123,6 +158,9 @@ class Publisher(Plugin):
     """Writes a table out."""
 
     kind = "publisher"
+    #: the parameters that name paths this publisher writes (relative to the output folder);
+    #: the engine checks them before a run starts, and ``ctx.resolve_output`` again at write time.
+    outputs: ClassVar[tuple[str, ...]] = ("path",)
 
     def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: "StepContext") -> list["Output"]:
         """Write ``table`` and return one :class:`Output` per file written."""
@@ -307,6 +345,8 @@ class StepContext:
     #: the algorithm suppressed (the metrics see only the published ones and their originals;
     #: a metric may count the suppressed ones, e.g. as fully lost).
     suppressed: int = 0
+    #: the :class:`anonflow.outputs.OutputGuard` the runner sets: which paths may be written
+    output_guard: Any = None
 
     def run_info(self) -> RunInfo:
         """The current run's record so far: the run row, its step runs in order, metric
@@ -320,9 +360,16 @@ class StepContext:
         self.notes.append(message)
 
     def resolve_output(self, path: str) -> Path:
-        """An output path as given in the workflow, resolved against the output directory."""
-        p = Path(path)
-        return p if p.is_absolute() else (self.output_dir / p)
+        """An output path as given in the workflow, resolved inside the output folder.
+
+        Raises :class:`InputError` for a path that is absolute, climbs out of the output folder
+        (``..``, or a symbolic link leading out), would write over the store or a file the
+        workflow reads, or names an existing file this store did not publish (see
+        :mod:`anonflow.outputs`). Publishers must resolve every path they write through this."""
+        from .outputs import OutputGuard
+
+        guard = self.output_guard or OutputGuard(self.output_dir)
+        return guard.resolve(path)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:

@@ -179,7 +179,9 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
     ``{"typing", "summary", "notes"}``; for a hierarchy step, ``{"hierarchies", "notes"}``
     (each column's builder, height and distinct values per level); for an algorithm fed by preparation steps only, its
     :meth:`~anonflow.api.Algorithm.check` has passed and ``{"notes": [...]}`` holds its
-    :meth:`~anonflow.api.Algorithm.describe_plan` lines (the lattice's size, for one)."""
+    :meth:`~anonflow.api.Algorithm.describe_plan` lines (the lattice's size, for one). Each
+    evaluate step's metrics are checked against the previewed tables (see :func:`_check_metrics`):
+    a metric needing a grading or a label the typing lacks fails the plan."""
     from .runner import Runner
     from .store import Store
 
@@ -223,6 +225,50 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
             except AnonflowError as exc:
                 raise type(exc)(exc.message, where=exc.where or where) from None
             out[name] = {"notes": notes}
+        for name in plan.order:
+            if plan.nodes[name].kind == "evaluate":
+                _check_metrics(plan, registry, name, ready, lambda step: scratch.get(tables[step]["output_table"]))
     finally:
         scratch.close()
     return out
+
+
+#: steps that keep the typing of their (first) input: a metric's check may read the typing
+#: of the table that goes into them in place of their output, which does not exist at plan time.
+KEEPS_TYPING = ("algorithm", "filter", "sample")
+
+
+def _check_metrics(plan: Plan, registry: Registry, name: str, ready: list[str], load) -> None:
+    """Call the :meth:`~anonflow.api.Plugin.check` of each metric of evaluate step ``name``
+    with the tables the preview has: ``original`` (the first of two inputs, when a preparation
+    step produces it), ``anonymized`` (when a preparation step produces it), else ``typed``: the
+    previewed table the anonymized input is computed from through algorithms, filters and
+    samples, which keep its typing -- so requirements on the typing (a sensitive attribute, a
+    grading, a label) are reported before anything runs. A check that cannot work with these
+    tables (any error other than an anonflow error) is left for the run."""
+    node = plan.nodes[name]
+    where = plan.spec.where(f"step {name!r}")
+    tables: dict[str, Any] = {}
+    if len(node.inputs) == 2 and node.inputs[0] in ready:
+        tables["original"] = load(node.inputs[0])
+    anon = node.inputs[-1]
+    if anon in ready:
+        tables["anonymized"] = load(anon)
+    else:
+        step = anon
+        while step not in ready and plan.nodes[step].kind in KEEPS_TYPING and plan.nodes[step].inputs:
+            step = plan.nodes[step].inputs[0]
+        if step in ready:
+            tables["typed"] = load(step)
+    if not tables:
+        return
+    from .builtins import metric_entries
+
+    for metric, given in metric_entries(node.params["metrics"], where):
+        reg = registry.get("metric", metric, where=where)
+        try:
+            reg.obj.check(validate_params(reg.obj.params, given), **tables)
+        except AnonflowError as exc:
+            raise InputError(f"metric {metric!r}: {exc.message}", where=where) from None
+        except Exception:  # noqa: BLE001 - a check written for the run's tables only; the run will tell
+            continue

@@ -418,12 +418,15 @@ def test_no_satisfying_node_names_the_least_violating_one():
     with pytest.raises(InputError) as err:
         run_lattice(t, model_params={"k": 301})
     msg = str(err.value)
-    assert "no node satisfies k-anonymity (k=301)" in msg
+    assert "no node satisfies k-anonymity (k=301) with no record suppressed: k = 301 is larger than the number " \
+           "of records (300)" in msg
     assert "least violating node [age=4, sex=1, race=1, marital-status=2] leaves 300 of 300 records" in msg
     use(DistinctL())
     with pytest.raises(InputError, match=r"no node satisfies test.distinct-l \(l=15\) with at most 0.1 of the "
-                                         r"records \(30\) suppressed; the least violating node \[age=4, sex=1, race=1, "
-                                         r"marital-status=2\] leaves 300 of 300 records in failing classes"):
+                                         r"records \(30\) suppressed: l = 15, but 'occupation' has only 12 distinct "
+                                         r"value\(s\) in the whole table; the least violating node \[age=4, sex=1, "
+                                         r"race=1, marital-status=2\] leaves 300 of 300 records in failing classes; "
+                                         r"no suppression allowance can help"):
         run_lattice(t, model="test.distinct-l", model_params={"l": 15}, suppression=0.1)
 
 
@@ -492,7 +495,7 @@ steps:
   out:
     uses: publish
     input: anon
-    with: {{publisher: csv, path: out/anon.csv}}
+    with: {{publisher: csv, path: anon.csv}}
 """)
     return path
 

@@ -30,6 +30,7 @@ from anonflow.grading import Grading, sensitivity_distance
 from anonflow.hierarchy import value_keys
 
 from . import __version__
+from .common import missing_marker, real_counts
 from .metrics import aligned, sql_ident
 
 #: tolerance of the frequency bound c <= alpha * n (alpha is a decimal such as 0.3).
@@ -64,6 +65,28 @@ def grading_of(table: TypedTable, column: str, plugin: str) -> Grading:
         raise InputError(f"{plugin} needs a sensitivity grading of {column!r}; declare it in the typing step: "
                          f"sensitive: {{{column}: {{grading: path/to/grading.yaml}}}}")
     return Grading.from_json(data)
+
+
+def typed_input(tables: Mapping[str, Any]) -> TypedTable | None:
+    """The table whose typing a metric's ``check`` reads: ``anonymized``, or -- when ``anonflow
+    plan`` checks an evaluate step before anything has run -- ``typed``, the table the
+    algorithm producing the anonymized input will receive (algorithms keep its typing)."""
+    for key in ("anonymized", "typed"):
+        if tables.get(key) is not None:
+            return tables[key]
+    return None
+
+
+def check_sensitive(tables: Mapping[str, Any], params: Mapping[str, Any], plugin: str, *,
+                    graded: bool = False) -> None:
+    """A metric's ``check``: the typing names the sensitive attribute it needs (and, with
+    ``graded``, that attribute carries a sensitivity grading)."""
+    table = typed_input(tables)
+    if table is None:
+        return
+    s = sensitive_column(table, params.get("sensitive"), plugin)
+    if graded:
+        grading_of(table, s, plugin)
 
 
 def grading_bounds(grading: Grading) -> pa.Table:
@@ -128,17 +151,37 @@ def pair_consistency_sql(class_column: str = "class_id", count_column: str = "co
 # -- the (alpha, k) / (alpha_i, k) check ------------------------------------------------
 
 
+def sql_literal(value: str) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def flagged_counts_sql(counts_sql: str, missing: str | None) -> str:
+    """``(cls, value, c, n, miss, r)`` from a ``(cls, value, c, n)`` relation: ``miss`` flags
+    the row of the missing-value marker ``missing`` (the typing's ``?`` under ``missing:
+    category``; None: no value is missing), ``r`` is the class's records with a real value
+    (``n`` less its missing ones)."""
+    miss = f"(value IS NOT DISTINCT FROM {sql_literal(missing)})" if missing is not None else "false"
+    return (f"SELECT cls, value, c, n, {miss} AS miss, "
+            f"n - sum(CASE WHEN {miss} THEN c ELSE 0 END) OVER (PARTITION BY cls) AS r FROM ({counts_sql})")
+
+
 def alpha_report(sql: Sql, counts_sql: str, tables: Mapping[str, Any], *, k: int | None,
-                 alpha: float | None = None, grading: Grading | None = None, per: str = "value") -> dict[str, Any]:
+                 alpha: float | None = None, grading: Grading | None = None, per: str = "value",
+                 missing: str | None = None) -> dict[str, Any]:
     """Check (alpha,k) (give ``alpha``) or (alpha_i,k) (give ``grading``) over the relation
     ``counts_sql`` (see :func:`table_counts_sql`, :func:`pair_counts_sql`), in DuckDB SQL.
 
     ``per: value`` bounds each value's count by its level's alpha; ``per: level`` bounds the
-    count of all values of a level together. Returns: ``classes``, ``smallest`` (class size),
-    ``violating`` (classes with fewer than k records or a count above its bound), and the
-    worst (class, value or level): ``worst_class``, ``worst_key``, ``worst_level``,
-    ``worst_ratio`` = c/|E|, ``worst_alpha`` and ``worst_relative`` = c / (alpha |E|), the
-    largest over all (class, value) pairs (ties: lowest class, then key)."""
+    count of all values of a level together. ``missing`` is the value that stands for a
+    missing sensitive value (None: none): it is no value of its own and never graded; a real
+    value's frequency is its count over the class's records with a real value, c / r (r = |E|
+    less the missing ones, so never lower than c / |E|), and a class none of whose records has
+    a real value violates the model. Returns: ``classes``, ``smallest`` (class size),
+    ``violating`` (classes with fewer than k records, no real value, or a count above its
+    bound), ``missing`` (records with a missing value), ``no_value`` (classes without a real
+    value), and the worst (class, value or level): ``worst_class``, ``worst_key``,
+    ``worst_level``, ``worst_ratio`` = c/r, ``worst_alpha`` and ``worst_relative`` = c / (alpha
+    r), the largest over all (class, value) pairs (ties: lowest class, then key)."""
     if (alpha is None) == (grading is None):
         raise ValueError("give exactly one of alpha and grading")
     if per not in ("value", "level"):
@@ -146,25 +189,29 @@ def alpha_report(sql: Sql, counts_sql: str, tables: Mapping[str, Any], *, k: int
     tables = dict(tables)
     if grading is not None:
         tables["_bounds"] = grading_bounds(grading)
-        joined = ("SELECT c.cls, c.n, c.c, c.value, b.level, b.alpha FROM counts c "
-                  "LEFT JOIN _bounds b ON c.value = b.value")
+        joined = ("SELECT c.cls, c.n, c.r, c.c, c.value, b.level, b.alpha FROM counts c "
+                  "LEFT JOIN _bounds b ON c.value = b.value WHERE NOT c.miss")
     else:
-        joined = f"SELECT cls, n, c, value, 1 AS level, CAST({float(alpha)!r} AS DOUBLE) AS alpha FROM counts"
+        joined = (f"SELECT cls, n, r, c, value, 1 AS level, CAST({float(alpha)!r} AS DOUBLE) AS alpha FROM counts "
+                  "WHERE NOT miss")
     if per == "level":
-        keyed = ("SELECT cls, any_value(n) AS n, sum(c) AS c, CAST(level AS VARCHAR) AS key, level, "
-                 "any_value(alpha) AS alpha FROM joined GROUP BY cls, level")
+        keyed = ("SELECT cls, any_value(n) AS n, any_value(r) AS r, sum(c) AS c, CAST(level AS VARCHAR) AS key, "
+                 "level, any_value(alpha) AS alpha FROM joined GROUP BY cls, level")
     else:
-        keyed = "SELECT cls, n, c, value AS key, level, alpha FROM joined"
+        keyed = "SELECT cls, n, r, c, value AS key, level, alpha FROM joined"
     query = f"""
-        WITH counts AS ({counts_sql}), joined AS ({joined}), keyed AS ({keyed}),
-        scored AS (SELECT *, c / n AS ratio, c / (n * alpha) AS rel,
-                          (c > alpha * n + {EPS}) OR (n < ?) AS bad FROM keyed)
-        SELECT (SELECT count(DISTINCT cls) FROM scored) AS classes,
-               (SELECT count(DISTINCT cls) FROM scored WHERE bad) AS violating,
-               (SELECT min(n) FROM scored) AS smallest,
+        WITH counts AS ({flagged_counts_sql(counts_sql, missing)}), joined AS ({joined}), keyed AS ({keyed}),
+        scored AS (SELECT *, c / r AS ratio, c / (r * alpha) AS rel, (c > alpha * r + {EPS}) AS bad FROM keyed),
+        classes AS (SELECT cls, any_value(n) AS n, any_value(r) AS r FROM counts GROUP BY cls),
+        badcls AS (SELECT cls FROM classes WHERE n < ? OR r = 0 UNION SELECT cls FROM scored WHERE bad)
+        SELECT (SELECT count(*) FROM classes) AS classes,
+               (SELECT count(*) FROM badcls) AS violating,
+               (SELECT min(n) FROM classes) AS smallest,
+               (SELECT coalesce(sum(c), 0) FROM counts WHERE miss) AS missing,
+               (SELECT count(*) FROM classes WHERE r = 0) AS no_value,
                (SELECT count(*) FROM scored WHERE alpha IS NULL) AS ungraded,
                (SELECT any_value(key) FROM scored WHERE alpha IS NULL) AS ungraded_value,
-               (SELECT count(*) FROM scored WHERE n IS NULL) AS sizeless,
+               (SELECT count(*) FROM counts WHERE n IS NULL) AS sizeless,
                w.cls AS worst_class, w.key AS worst_key, w.level AS worst_level, w.ratio AS worst_ratio,
                w.alpha AS worst_alpha, w.rel AS worst_relative
         FROM (SELECT 1) dummy LEFT JOIN
@@ -192,6 +239,9 @@ class _AlphaCheck(Metric):
     category = "privacy"
     requires_original = False
 
+    def check(self, params: Mapping[str, Any], **tables: Any) -> None:
+        check_sensitive(tables, params, self.name, graded=self.name == "alpha-i-k-anonymity")
+
     def _resolve(self, anonymized: TypedTable, params: Mapping[str, Any]) -> tuple[str, int | None]:
         s = sensitive_column(anonymized, params.get("sensitive"), self.name)
         claim = anonymized.claims.get(self.name, {})
@@ -207,8 +257,17 @@ class _AlphaCheck(Metric):
                f"{n}.smallest_class": float(row["smallest"] or 0),
                f"{n}.violating_classes": float(row["violating"] or 0),
                f"{n}.k": float(k or 1), **extra}
+        if row["missing"]:
+            out[f"{n}.missing_sensitive"] = float(row["missing"])
+            out[f"{n}.classes_without_value"] = float(row["no_value"] or 0)
         out[f"{n}.holds"] = float(not row["violating"])
         return out
+
+    def _missing_note(self, ctx: StepContext, row: Mapping[str, Any], s: str) -> None:
+        if row["missing"]:
+            ctx.note(f"{self.name}: {row['missing']} record(s) have a missing {s} value; it is no value of its own: "
+                     "frequencies count over the records with a real value"
+                     + (f", and {row['no_value']} class(es) without one violate the model" if row["no_value"] else ""))
 
 
 class AlphaKAnonymity(_AlphaCheck):
@@ -234,7 +293,8 @@ class AlphaKAnonymity(_AlphaCheck):
             raise InputError(f"parameter 'alpha' must be in (0, 1], got {alpha!r}")
         data = published_part(anonymized)
         row = alpha_report(ctx.sql, table_counts_sql(data.column_names, anonymized.typing.quasi, s),
-                           {"published": data}, k=k, alpha=alpha)
+                           {"published": data}, k=k, alpha=alpha, missing=missing_marker(anonymized))
+        self._missing_note(ctx, row, s)
         if row["worst_key"] is not None and row["violating"]:
             ctx.note(f"alpha-k-anonymity: worst class {row['worst_class']} has {row['worst_ratio']:.4g} of its "
                      f"records with {s} = {row['worst_key']!r} (alpha {alpha:g})")
@@ -254,8 +314,8 @@ class AlphaKAnonymity(_AlphaCheck):
             raise InputError(f"parameter 'alpha' must be in (0, 1], got {alpha!r}")
         s = sensitive_column(partition.table, params.get("sensitive"), self.name)
         sizes = np.asarray(partition.sizes)
-        counts = partition.counts(s)
-        return (sizes >= (params.get("k") or 1)) & np.all(counts <= alpha * sizes[:, None] + EPS, axis=1)
+        counts, real, _ = real_counts(partition, s)  # a missing value is no value: c / r, r > 0
+        return (sizes >= (params.get("k") or 1)) & (real > 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1)
 
 
 class AlphaIKAnonymity(_AlphaCheck):
@@ -279,7 +339,8 @@ class AlphaIKAnonymity(_AlphaCheck):
         per = params["per"] or anonymized.claims.get(self.name, {}).get("per") or "value"
         data = published_part(anonymized)
         row = alpha_report(ctx.sql, table_counts_sql(data.column_names, anonymized.typing.quasi, s),
-                           {"published": data}, k=k, grading=grading, per=per)
+                           {"published": data}, k=k, grading=grading, per=per, missing=missing_marker(anonymized))
+        self._missing_note(ctx, row, s)
         if row["worst_key"] is not None and row["violating"]:
             what = f"level {row['worst_key']}" if per == "level" else f"{s} = {row['worst_key']!r}"
             ctx.note(f"alpha-i-k-anonymity: worst class {row['worst_class']} has {row['worst_ratio']:.4g} of its "
@@ -296,13 +357,12 @@ class AlphaIKAnonymity(_AlphaCheck):
         values together) at most alpha_i of them."""
         s = sensitive_column(partition.table, params.get("sensitive"), self.name)
         grading = grading_of(partition.table, s, self.name)
-        _, values = partition.codes(s)
+        counts, real, values = real_counts(partition, s)  # a missing value is no value: c / r, r > 0
         levels = grading.levels_of(pa.array(values, pa.string()))
         if (levels == 0).any():
             raise InputError(f"the grading of {s!r} leaves the value {values[int(np.flatnonzero(levels == 0)[0])]!r} "
                              "unassigned")
         sizes = np.asarray(partition.sizes)
-        counts = partition.counts(s)
         alphas = grading.alphas()
         if (params.get("per") or "value") == "level":
             onehot = (levels[:, None] == np.arange(grading.size + 1)[None, :]).astype(np.int64)
@@ -310,17 +370,22 @@ class AlphaIKAnonymity(_AlphaCheck):
             counts, bound = counts[:, 1:], bound[1:]
         else:
             bound = alphas[levels]
-        return (sizes >= (params.get("k") or 1)) & np.all(counts <= bound[None, :] * sizes[:, None] + EPS, axis=1)
+        return (sizes >= (params.get("k") or 1)) & (real > 0) & np.all(
+            counts <= bound[None, :] * real[:, None] + EPS, axis=1)
 
 
 # -- sensitivity distance Ds(T_SA) ------------------------------------------------------
 
 
-def level_counts(sql: Sql, counts_sql: str, tables: Mapping[str, Any], grading: Grading) -> np.ndarray:
-    """``(g, lambda + 1)`` matrix of records per (class, level), classes in id order."""
-    rows = sql(f"WITH counts AS ({counts_sql}) SELECT c.cls, b.level, sum(c.c) AS c, "
-               "count(*) FILTER (WHERE b.level IS NULL) AS ungraded FROM counts c "
-               "LEFT JOIN _bounds b ON c.value = b.value GROUP BY c.cls, b.level ORDER BY c.cls, b.level",
+def level_counts(sql: Sql, counts_sql: str, tables: Mapping[str, Any], grading: Grading,
+                 missing: str | None = None) -> np.ndarray:
+    """``(g, lambda + 1)`` matrix of records per (class, level), classes in id order. Records
+    whose value is the missing marker ``missing`` have no level and are left out (a class
+    holding only such records has a row of zeros)."""
+    miss = f"c.value IS NOT DISTINCT FROM {sql_literal(missing)}" if missing is not None else "false"
+    rows = sql(f"WITH counts AS ({counts_sql}) SELECT c.cls, CASE WHEN {miss} THEN 0 ELSE b.level END AS level, "
+               f"sum(c.c) AS c, count(*) FILTER (WHERE b.level IS NULL AND NOT ({miss})) AS ungraded FROM counts c "
+               "LEFT JOIN _bounds b ON c.value = b.value GROUP BY ALL ORDER BY c.cls, level",
                **tables, _bounds=grading_bounds(grading))
     if rows.num_rows and (rows.column("ungraded").to_numpy() > 0).any():
         raise InputError("a sensitive value of the table has no level in the grading")
@@ -330,6 +395,7 @@ def level_counts(sql: Sql, counts_sql: str, tables: Mapping[str, Any], grading: 
     out = np.zeros((g, grading.size + 1))
     np.add.at(out, (idx, rows.column("level").to_numpy(zero_copy_only=False).astype(np.int64)),
               rows.column("c").to_numpy(zero_copy_only=False).astype(np.float64))
+    out[:, 0] = 0.0  # level 0: the missing values, left out
     return out
 
 
@@ -348,13 +414,16 @@ class SensitivityDistance(Metric):
               help="the sensitive attribute (default: the only one typed); it must carry a grading"),
     )
 
+    def check(self, params: Mapping[str, Any], **tables: Any) -> None:
+        check_sensitive(tables, params, self.name, graded=True)
+
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         s = sensitive_column(anonymized, params["sensitive"], self.name)
         grading = grading_of(anonymized, s, self.name)
         data = published_part(anonymized)
         counts = level_counts(ctx.sql, table_counts_sql(data.column_names, anonymized.typing.quasi, s),
-                              {"published": data}, grading)
+                              {"published": data}, grading, missing=missing_marker(anonymized))
         ds = sensitivity_distance(counts, grading, normalized=params["normalized"])
         top = min(params["levels"], grading.size)
         chosen = counts[:, 1:top + 1].sum(axis=1) > 0
@@ -440,6 +509,14 @@ class ReconstructionDistance(Metric):
               help="the sensitive attribute (default: the only one typed)"),
     )
 
+    def check(self, params: Mapping[str, Any], **tables: Any) -> None:
+        if params.get("form", "lossy-join") == "lossy-join":
+            check_sensitive(tables, params, self.name)
+        else:
+            table = typed_input(tables)
+            if table is not None and not table.typing.quasi:
+                raise InputError("reconstruction-distance needs quasi-identifiers in the typing of its input")
+
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         n = self.name
@@ -477,6 +554,6 @@ class ReconstructionDistance(Metric):
 
 PLUGINS = [AlphaKAnonymity(), AlphaIKAnonymity(), SensitivityDistance(), ReconstructionDistance()]
 
-__all__ = ["table_counts_sql", "pair_counts_sql", "pair_consistency_sql", "alpha_report", "level_counts",
+__all__ = ["table_counts_sql", "flagged_counts_sql", "pair_counts_sql", "pair_consistency_sql", "alpha_report", "level_counts",
            "lossy_join_distance", "covered_values", "sensitive_column", "grading_of", "grading_bounds",
-           "published_part"]
+           "published_part", "typed_input", "check_sensitive"]

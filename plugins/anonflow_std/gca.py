@@ -19,12 +19,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable
+from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable, suppression_limit
 from anonflow.kernels.distance import record_distances
 from anonflow.kernels.encode import Encoded, encode
 
 from . import __version__
 from .alphak import EPS, grading_of, sensitive_column
+from .common import join_nearest, missing_marker, missing_sensitive
 
 CHOICES = ("nearest", "random", "first")
 
@@ -290,8 +291,22 @@ def _values(table: TypedTable, column: str) -> pa.Array:
     return pc.cast(col, pa.string())
 
 
+def _join_missing(labels: np.ndarray, real: np.ndarray, miss: np.ndarray, enc: Encoded,
+                  stats: dict[str, int]) -> np.ndarray:
+    """Labels of the whole table from those of its records with a real sensitive value: each
+    record with a missing one joins its nearest record's class (suppressed when there is none)."""
+    full = np.full(miss.shape[0], -1, dtype=np.int64)
+    full[real] = labels
+    stats["missing_joined"] = join_nearest(enc, full, np.flatnonzero(miss))
+    stats["suppressed"] = int(np.count_nonzero(full < 0))
+    return full
+
+
 class _Gca(Algorithm):
     version = __version__
+    #: records that fit in no class are suppressed, up to ``max_suppression`` of the input
+    #: (the engine adds the parameter and enforces it)
+    suppresses = True
     common = (
         Param("k", "int", min=2, help="minimum class size"),
         Param("choice", "str", default="nearest", choices=CHOICES,
@@ -310,7 +325,7 @@ class _Gca(Algorithm):
         if col.null_count:
             raise InputError(f"sensitive attribute {s!r} has {col.null_count} missing value(s); set missing: drop "
                              "or missing: category in the typing step")
-        distinct = len(pc.unique(col))
+        distinct = len(pc.unique(col)) - (1 if missing_sensitive(table, s).any() else 0)  # missing: no value
         if distinct < k:
             raise InputError(f"{self.name} puts records of k different values of {s!r} in each class, but {s!r} "
                              f"has only {distinct} distinct value(s): parameter 'k' = {k} must be at most {distinct}")
@@ -318,19 +333,44 @@ class _Gca(Algorithm):
 
     def _check_bounds(self, params: Mapping[str, Any], table: TypedTable, s: str, distinct: int) -> None: ...
 
+    def describe_plan(self, params: Mapping[str, Any], table: TypedTable) -> list[str]:
+        cap = self.suppression_cap(params)
+        return [f"{self.name}: {table.num_rows:,} records; records that fit in no class are suppressed, at most "
+                f"{suppression_limit(cap, table.num_rows):,} (max_suppression = {cap:g}), else the step fails"]
+
     def _levels(self, params: Mapping[str, Any], table: TypedTable, s: str,
                 values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
         s = sensitive_column(table, params["sensitive"], self.name)
-        encoded = pc.dictionary_encode(_values(table, s))
+        # a missing sensitive value is no value (docs/algorithms.md, "Missing values"): classes are
+        # built from the records with a real one; the others then join their nearest record's class
+        miss = missing_sensitive(table, s)
+        real = np.flatnonzero(~miss) if miss.any() else None
+        values = _values(table, s)
+        encoded = pc.dictionary_encode(values if real is None else values.take(pa.array(real)))
         bucket_of = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         level, level_alpha = self._levels(params, table, s, encoded.dictionary)
         per = params.get("per", "value")
-        enc = encode(table) if params["choice"] == "nearest" else None
+        enc = encode(table) if params["choice"] == "nearest" or real is not None else None
+        # progress: records placed in greedy classes; the rest (leftovers, suppressed) at the end
+        advance = ctx.progress(table.num_rows, self.name)
+        done = [0]
+
+        def placed(n: int) -> None:
+            done[0] += n
+            advance(n)
+
         labels, stats = gca_partition(bucket_of, level, level_alpha, params["k"], per=per, choice=params["choice"],
-                                      enc=enc, rng=ctx.rng, progress=ctx.progress(table.num_rows, self.name))
+                                      enc=enc if real is None or enc is None else enc.take(real), rng=ctx.rng,
+                                      progress=placed)
+        if real is not None:
+            labels = _join_missing(labels, real, miss, enc, stats)
+            ctx.note(f"{stats['missing_joined']} record(s) with a missing {s} value joined the class of their "
+                     "nearest record")
+        if table.num_rows > done[0]:
+            advance(table.num_rows - done[0])
         ctx.note(f"{stats['classes']} classes from {stats['greedy_records']} records; "
                  f"{stats['leftovers_placed']} leftover record(s) joined existing classes"
                  + (f"; {stats['abandoned_classes']} class(es) could not be completed" if stats["abandoned_classes"]
@@ -382,6 +422,8 @@ class AlphaIKGca(_Gca):
     def _check_bounds(self, params: Mapping[str, Any], table: TypedTable, s: str, distinct: int) -> None:
         grading = grading_of(table, s, self.name)
         values = pc.unique(_values(table, s))
+        if missing_marker(table) is not None:  # a missing value is no value: it takes no level
+            values = pc.filter(values, pc.not_equal(values, missing_marker(table)))
         levels = grading.levels_of(values)
         if (levels == 0).any():
             bad = values[int(np.flatnonzero(levels == 0)[0])].as_py()

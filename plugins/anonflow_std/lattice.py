@@ -50,7 +50,8 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, Algorithm, InputError, Metric, Param, Partition, RunError, StepContext, TypedTable
+from anonflow.api import (CLASS, Algorithm, InputError, Metric, Param, Partition, RunError, StepContext, TypedTable,
+                          suppression_limit)
 from anonflow.params import ParamError, validate_params
 
 from . import __version__
@@ -358,6 +359,9 @@ class Search:
 class Lattice(Algorithm):
     name = "lattice"
     version = __version__
+    #: records of failing classes are suppressed, at most ``suppression`` of them (its cap)
+    suppresses = True
+    suppression_param = "suppression"
     description = ("Optimal full-domain generalization (SPEC section 6): every minimal hierarchy-level node "
                    "satisfying a privacy model (Flash-style search with predictive tagging), best by a utility "
                    "metric; optional record suppression.")
@@ -439,7 +443,7 @@ class Lattice(Algorithm):
         size = math.prod(shape)
         _, mparams = self._model(params)
         shown = ", ".join(f"{k}={v}" for k, v in mparams.items() if v is not None)
-        limit = int(math.floor(params["suppression"] * table.num_rows + 1e-9))
+        limit = suppression_limit(params["suppression"], table.num_rows)
         return [f"lattice: {size:,} nodes ({' x '.join(map(str, shape))} levels over {', '.join(quasi)})",
                 f"searches {table.num_rows:,} records for {params['model']} ({shown}), at most {limit:,} "
                 f"suppressed; best by {params['utility']}"]
@@ -454,7 +458,7 @@ class Lattice(Algorithm):
         need_hierarchies(quasi, table.hierarchies, "lattice")
         space = Space(table, quasi)
         n = space.n
-        limit = int(math.floor(params["suppression"] * n + 1e-9))
+        limit = suppression_limit(params["suppression"], n)
         cache: dict[str, Any] = {}
 
         def holds(part: _Part) -> np.ndarray:
@@ -495,7 +499,8 @@ class Lattice(Algorithm):
 
         sat = search.status == 1
         if not sat.any():
-            raise InputError(self._no_node(space, search, model.name, mparams, params["suppression"], limit))
+            raise InputError(self._no_node(space, search, model, mparams, params["suppression"], limit, holds,
+                                           ctx.step))
         minimal = np.flatnonzero(search.minimal().reshape(-1))
 
         if isinstance(utility, HierarchyLoss):
@@ -534,18 +539,33 @@ class Lattice(Algorithm):
 
     # -- choosing the node --------------------------------------------------------------
 
-    def _no_node(self, space: Space, search: Search, model: str, mparams: Mapping[str, Any], suppression: float,
-                 limit: int) -> str:
+    def _no_node(self, space: Space, search: Search, model: Metric, mparams: Mapping[str, Any],
+                 suppression: float, limit: int, holds, step: str) -> str:
+        """The one-line error when no node satisfies the model: why (a model parameter no node
+        can meet, see :func:`_unreachable`), the least violating node, and what to change."""
         # fewest records in failing classes; ties to the most generalized node (for a monotone
         # model the closest to satisfying), then the first in lattice order
         idx = min(search.verdicts, key=lambda i: (search.verdicts[i].failing, -int(search.grid[:, i].sum()), i))
         v = search.verdicts[idx]
+        n = space.n
         shown = ", ".join(f"{k}={val}" for k, val in mparams.items() if val is not None)
         allowed = "with no record suppressed" if limit == 0 else \
             f"with at most {suppression:.4g} of the records ({limit}) suppressed"
-        return (f"lattice: no node satisfies {model} ({shown}) {allowed}; the least violating node "
-                f"{space.describe(search.levels(idx))} leaves {v.failing} of {space.n} records in failing classes; "
-                "allow more suppression or relax the model")
+        why = _unreachable(space, model, mparams, holds, limit)
+        text = f"lattice: no node satisfies {model.name} ({shown}) {allowed}"
+        if why:
+            text += ": " + "; ".join(why)
+        text += (f"; the least violating node {space.describe(search.levels(idx))} leaves {v.failing} of {n} "
+                 "records in failing classes")
+        if v.failing < n:
+            need = min(math.ceil(v.failing / n * 100 - 1e-9) / 100, 1.0)
+            while need < 1.0 and suppression_limit(need, n) < v.failing:
+                need = min(round(need + 0.01, 2), 1.0)
+            text += (f": it would suppress {v.failing} records, the cap allows {limit} (suppression = "
+                     f"{suppression:g}); raise it, e.g. --set {step}.suppression={need:g}, or relax the model")
+        else:
+            text += "; no suppression allowance can help: relax the model"
+        return text
 
     def _best_loss(self, space: Space, search: Search, lm: LossModel, minimal: np.ndarray, limit: int,
                    holds) -> tuple[int, float, int]:
@@ -623,6 +643,105 @@ class Lattice(Algorithm):
             if better:
                 best, best_value = int(idx), value
         return best, float(best_value), len(candidates)
+
+
+def _unreachable(space: Space, model: Metric, mparams: Mapping[str, Any], holds, limit: int) -> list[str]:
+    """Why no node can satisfy the model, as far as it can be told from the data and the top
+    node (every QI at its hierarchy's top level) -- each class of any node lies inside one
+    class of the top node. Reads the usual parameters: ``k`` (class size), ``l`` / ``p``
+    (distinct sensitive values per class), ``alpha`` and a grading's alpha_i (largest share of
+    a value). Vectorized: one partition of the top node and one of the whole table."""
+    from .alphak import sensitive_column
+
+    n = space.n
+    table = space.table
+    top_levels = tuple(int(h) for h in space.heights)
+    top = space.partition(top_levels)
+    where = f"the top node {space.describe(top_levels)}"
+    out: list[str] = []
+    k = mparams.get("k")
+    if isinstance(k, int) and not isinstance(k, bool):
+        if k > n:
+            out.append(f"k = {k} is larger than the number of records ({n})")
+        elif int(top.sizes.max()) < k:
+            out.append(f"k = {k}, but the largest class of {where} has {int(top.sizes.max())} records "
+                       "(a hierarchy does not generalize to one value)")
+    try:
+        s = sensitive_column(table, mparams.get("sensitive"), model.name) if table.typing.sensitive or \
+            mparams.get("sensitive") else None
+        if s is not None:
+            out += _unreachable_sensitive(space, model, mparams, limit, s, top, where)
+    except InputError:  # a column the model would reject anyway: its own check says so
+        pass
+    if not out:
+        ok = holds(top)
+        failing = int(top.sizes[~ok].sum())
+        if failing and model.monotone_with_suppression:
+            out.append(f"{where} leaves {failing} records in failing classes, and no finer node leaves fewer")
+    return out
+
+
+def _unreachable_sensitive(space: Space, model: Metric, mparams: Mapping[str, Any], limit: int, s: str, top: _Part,
+                           where: str) -> list[str]:
+    """:func:`_unreachable` for the parameters on the sensitive attribute ``s``: ``l`` / ``p``,
+    ``alpha`` and a grading's alpha_i (a missing value is no value, as the models count)."""
+    from .alphak import grading_of
+    from .common import real_counts, real_distinct
+
+    n = space.n
+    table = space.table
+    single = len(top.sizes) == 1
+    out: list[str] = []
+    cache: dict[str, Any] = {}
+    whole = Partition(np.zeros(n, dtype=np.int64), np.array([n], dtype=np.int64), table, cache)
+    distinct = int(real_distinct(whole, s)[0])  # a missing value is no value
+    for key in ("l", "p"):
+        want = mparams.get(key)
+        if not isinstance(want, int) or isinstance(want, bool):
+            continue
+        if want > distinct:
+            out.append(f"{key} = {want}, but {s!r} has only {distinct} distinct value(s) in the whole table")
+        elif not single:
+            most = int(real_distinct(Partition(lambda: space.classes(top), top.sizes, table, cache), s).max())
+            if most < want:
+                out.append(f"{key} = {want}, but the classes of {where} hold at most {most} distinct value(s) "
+                           f"of {s!r}")
+    counts, real, values = real_counts(whole, s)
+    counts = counts[0].astype(np.float64)
+    m = int(real[0])  # the records with a real value: a value's share is over them
+    names = [repr(v) for v in values]
+    bound = None
+    alpha = mparams.get("alpha")
+    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha > 0:
+        bound = np.full(len(values), float(alpha))
+    elif model.name == "alpha-i-k-anonymity":
+        try:
+            grading = grading_of(table, s, model.name)
+            levels = grading.levels_of(pa.array(values, pa.string()))
+        except InputError:
+            levels = np.zeros(0, dtype=np.int64)
+        if levels.size and (levels > 0).all():
+            alphas = grading.alphas()
+            if (mparams.get("per") or "value") == "value":
+                bound = alphas[levels]
+            else:  # per level: a level's values count together
+                counts = np.bincount(levels, weights=counts, minlength=grading.size + 1)[1:]
+                bound = alphas[1:]
+                names = [f"level {i}" for i in range(1, grading.size + 1)]
+    if bound is not None and m:
+        if alpha is not None and math.ceil(1.0 / alpha - 1e-9) > distinct:
+            out.append(f"alpha = {alpha:g} needs at least {math.ceil(1.0 / alpha - 1e-9)} distinct values of "
+                       f"{s!r} in a class, but the whole table has {distinct}")
+        else:
+            # a value above its bound in the whole table is above it in some class of every
+            # node: at least (c - a n) / (1 - a) records must go for the rest to satisfy it
+            excess = np.where(bound < 1.0, (counts - bound * m) / np.maximum(1.0 - bound, 1e-12), 0.0)
+            j = int(np.argmax(excess))
+            least = int(math.ceil(excess[j] - 1e-9))
+            if least > limit:
+                out.append(f"{names[j]} is {counts[j] / m:.1%} of the records{'' if m == n else ' with a value'}, "
+                           f"above its alpha {bound[j]:g}: every node must suppress at least {least} records")
+    return out
 
 
 def _offers_partition(obj: Metric) -> bool:

@@ -300,11 +300,18 @@ class HierarchyLoss(Metric):
         if CLASS in data.column_names and data.column(CLASS).null_count:
             anonymized = anonymized.replace(data=data.filter(pc.is_valid(data.column(CLASS))))
         aligned(original, anonymized, self.name)
-        if original.num_rows == 0:
+        suppressed = int(ctx.suppressed or 0)
+        if original.num_rows + suppressed == 0:
             raise InputError(f"{self.name}: the table has no records")
-        model = self.model(original, params, hierarchies_of(original, anonymized))
+        # weights (entropy, MI) from the whole original, suppressed records included, as the
+        # lattice's objective has them: an evaluate step's first input (ctx.inputs[0])
+        whole = original
+        if suppressed and ctx.inputs and ctx.inputs[0].num_rows == original.num_rows + suppressed:
+            whole = ctx.inputs[0]
+        model = self.model(whole, params, hierarchies_of(original, anonymized))
         out: dict[str, float] = {}
-        total = 0.0
+        total = published = 0.0
+        n_all = original.num_rows + suppressed
         for q, lv, widths, w in zip(model.quasi, model.levels, model.widths, model.weights):
             if q not in anonymized.columns:
                 raise InputError(f"{self.name}: quasi-identifier {q!r} is not in the anonymized table")
@@ -314,11 +321,14 @@ class HierarchyLoss(Metric):
             for lvl in range(lv.height + 1):
                 at = level == lvl
                 per_record[at] = widths[lvl][code[at]]
-            loss = float(per_record.mean())
+            # a suppressed record counts as fully generalized: width 1 on every QI
+            loss = float((per_record.sum() + suppressed) / n_all)
             total += float(w) * loss
+            published += float(w) * (float(per_record.mean()) if len(rows) else 0.0)
             out[f"{self.name}.loss.{q}"] = loss
             out[f"{self.name}.{self.weight_kind}.{q}"] = float(w)
-        return {self.name: total, **out}
+        return {self.name: total, f"{self.name}.published": published, f"{self.name}.suppressed": float(suppressed),
+                **out}
 
 
 class Loss(HierarchyLoss):
@@ -349,6 +359,11 @@ class MiLoss(HierarchyLoss):
                    "plug-in estimates on the original values.")
     params = (Param("label", "str", default=None, nullable=True,
                     help="the label column Y (default: the only column typed as label)"),)
+
+    def check(self, params: Mapping[str, Any], **tables: Any) -> None:
+        # the weights come from the original's label: it must be typed, complete, not constant
+        if tables.get("original") is not None:
+            label_column(tables["original"], params.get("label"), self.name)
 
     def weights(self, table, quasi, levels, params):
         label = label_column(table, params.get("label"), self.name)
@@ -414,6 +429,15 @@ class ClassificationAccuracy(Metric):
               help="logistic regression; linear: least-squares regression on the label, thresholded (the "
                    "'linear regression' of seed 004); tree: a decision tree (seeded)"),
     )
+
+    def check(self, params: Mapping[str, Any], **tables: Any) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("sklearn") is None:
+            raise InputError("classification-accuracy needs scikit-learn: pip install 'anonflow[ml]'")
+        table = tables.get("anonymized") if tables.get("anonymized") is not None else tables.get("typed")
+        if table is not None:
+            label_column(table, params.get("label"), self.name)
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
