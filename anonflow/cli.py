@@ -20,7 +20,7 @@ from .dag import build_plan
 from .errors import AnonflowError
 from .plugins import get_registry
 from .spec import load_workflow
-from .store import Store
+from .store import DatabaseError, Store
 
 DEFAULT_DB = "anonflow.duckdb"
 
@@ -51,6 +51,13 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise CLIError(message, exc.exit_code) from None
         except KeyboardInterrupt:
             raise CLIError("interrupted", 130) from None
+        except DatabaseError as exc:  # the store failed under us: damaged, truncated, disk full
+            if debug:
+                raise
+            from .store import damaged
+
+            db = ctx.params.get("db") or DEFAULT_DB
+            raise CLIError(damaged(Path(str(db)), exc), 1) from None
     return wrapper
 
 
@@ -110,7 +117,7 @@ class _Progress:
 @click.option("--set", "overrides", multiple=True, metavar="STEP.PARAM=VALUE",
               help="Override a step parameter (repeatable); VALUE is read as YAML.")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Base folder for relative output paths (default: the workflow file's folder).")
+              help="Output folder: every published path lies inside it (default: out/ beside the workflow file).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the run's results.")
 @click.option("--no-cache", is_flag=True, help="Re-run every step even if an identical one succeeded before.")
 @_guard
@@ -131,6 +138,8 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
     click.echo(f"run {result.run_id}: {spec.name} {result.status} (store: {db})")
     for s in result.steps:
         extra = f", {s['rows']} rows" if s.get("rows") is not None else ""
+        if s.get("suppressed") is not None:
+            extra += f", {s['suppressed']} suppressed"
         click.echo(f"  {s['step']:<16} {s['uses']:<12} {s['status']:<9} {s['seconds']:.2f}s{extra}")
         for note in s.get("notes") or []:
             click.echo(f"  {'':<16} note: {note}")
@@ -337,12 +346,16 @@ def _release_publisher(name: str = "release") -> Any:
 @click.option("--sources", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder the sources' recorded paths are relative to (the workflow file's folder; default: "
                    "the nearest folder above the release that holds them).")
+@click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Public key file (KEY.pub from 'anonflow keygen KEY'): check the release's signature with it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @_guard
-def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, as_json: bool) -> None:
-    """Check a release directory: file hashes against its manifest, the privacy checks re-run
-    on the published files alone, and (--rerun) a re-run of the recorded workflow. Exit 0 only
-    if everything holds; otherwise each difference is named and the exit code is 1."""
+def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, key: Path | None,
+           as_json: bool) -> None:
+    """Check a release directory: file hashes against its manifest, each CSV against its
+    Parquet partner, the signature (--key), the privacy checks re-run on the published files
+    alone, and (--rerun) a confined re-run of the recorded workflow. Exit 0 only if everything
+    holds; otherwise each difference is named and the exit code is 1."""
     import json as _json
 
     from .errors import InputError
@@ -354,12 +367,14 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, as
         name = "release"
     if not release.is_dir():
         raise InputError(f"{release} is not a directory (expected a release directory)")
-    result = _release_publisher(name).verify(release, rerun=rerun, db=db, sources=sources)
+    publisher = _release_publisher(name)
+    result = (publisher.verify(release, rerun=rerun, db=db, sources=sources, key=key) if key is not None else
+              publisher.verify(release, rerun=rerun, db=db, sources=sources))
     if as_json:
         _echo_json(result)
     else:
         for item in result["findings"]:
-            if not item["ok"]:
+            if not item["ok"] or item.get("show"):
                 click.echo(f"{'ok  ' if item['ok'] else 'FAIL'}  {item['what']}: {item['detail']}")
         bad = sum(not i["ok"] for i in result["findings"])
         if result["ok"]:
@@ -369,6 +384,22 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, as
             click.echo(f"release {release} does NOT verify: {bad} of {len(result['findings'])} checks failed")
     if not result["ok"]:
         raise SystemExit(1)
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@_guard
+def keygen(path: Path) -> None:
+    """Write a new Ed25519 key pair for signed releases: PATH (the private key, PEM, mode 0600)
+    and PATH.pub (the public key, for 'anonflow verify --key'). Never overwrites a file."""
+    publisher = _release_publisher()
+    if not hasattr(publisher, "keygen"):
+        from .errors import InputError
+
+        raise InputError("the installed release publisher cannot sign releases")
+    pub, fingerprint = publisher.keygen(path)
+    click.echo(f"private key {path} (keep it secret; give it to the release publisher's 'sign')")
+    click.echo(f"public key  {pub} (sha256 {fingerprint}; give it to 'anonflow verify --key')")
 
 
 @main.command()
@@ -398,6 +429,10 @@ def report(run_id: str, db: str, output: Path | None) -> None:
     if output is None:
         click.echo(page, nl=False)
         return
+    if os.path.realpath(output) in {os.path.realpath(db), os.path.realpath(f"{db}.wal")}:
+        from .errors import InputError
+
+        raise InputError(f"-o {output} is the store itself; write the report elsewhere")
     atomic_write(output, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     click.echo(f"report of run {rid} written to {output}", err=True)
 

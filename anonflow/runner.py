@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import time
@@ -15,10 +16,10 @@ import numpy as np
 import pyarrow.compute as pc
 
 from . import __version__
-from .api import Output, RunInfo, StepContext, file_sha256, flat_params
+from .api import Output, RunInfo, StepContext, file_sha256, flat_params, suppression_limit
 from .builtins import BUILTINS
 from .dag import Node, Plan, build_plan
-from .errors import AnonflowError, InputError, RunError
+from .errors import AnonflowError, InputError, PluginError, RunError
 from .plugins import Registry, get_registry
 from .schema import CLASS, ROW
 from .spec import WorkflowSpec
@@ -129,6 +130,85 @@ def load_run_info(store: Store, run_id: str, *, upto: int | None = None, current
                    sql=lambda q, params=None, **t: store.sql(q, params, **t), history=earlier)
 
 
+def default_output_dir(spec: WorkflowSpec, given: Path | None = None) -> Path:
+    """The output folder: ``--out-dir`` when given, else ``out/`` beside the workflow file."""
+    return Path(os.path.abspath(given if given is not None else spec.base_dir / "out"))
+
+
+def files_read(plan: Plan, registry: Registry) -> list[Path]:
+    """Every file the workflow reads: its own file, the sources, and every existing file a
+    step's parameters name (hierarchy and grading files), resolved against its folder."""
+    spec = plan.spec
+    found: list[Path] = [spec.path.resolve()]
+    found += [s.path for s in spec.sources.values() if s.path is not None]
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            if 0 < len(value) < 4096 and "\0" not in value:
+                p = spec.base_dir / value
+                try:
+                    if p.is_file():
+                        found.append(p.resolve())
+                except OSError:
+                    pass
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+
+    for node in plan.nodes.values():
+        if node.kind == "publish":  # what a publish step writes is not read
+            name = node.params.get("publisher", "")
+            outs = getattr(registry.get("publisher", name).obj, "outputs", ("path",)) \
+                if registry.has("publisher", name) else ("path",)
+            walk({k: v for k, v in node.params.items() if k not in outs})
+        else:
+            walk(node.params)
+    return found
+
+
+def output_guard(plan: Plan, out_dir: Path, store: Store, registry: Registry) -> "OutputGuard":
+    """The guard of a run's output paths: inside ``out_dir``, never over the store or a file
+    the workflow reads, never over a file this store did not publish."""
+    from .outputs import OutputGuard
+
+    protected = files_read(plan, registry)
+    if store.path is not None and str(store.path) != ":memory:":
+        db = Path(os.path.abspath(store.path))
+        protected += [db, Path(f"{db}.wal"), Path(f"{db}.tmp")]
+    return OutputGuard(out_dir, protected=protected, published=store.published_digests,
+                       store_path=None if str(store.path) == ":memory:" else store.path)
+
+
+def check_outputs(plan: Plan, out_dir: Path, store: Store, registry: Registry) -> None:
+    """Before a run starts: every declared output path of every publish step resolves inside
+    ``out_dir`` and may be written (raises InputError naming the step and the path)."""
+    guard = output_guard(plan, out_dir, store, registry)
+    claimed: dict[str, str] = {}
+    for node in plan.steps():
+        if node.kind != "publish":
+            continue
+        where = plan.spec.where(f"step {node.name!r}")
+        publisher = registry.get("publisher", node.params["publisher"], where=where).obj
+        for key, value in output_params(node.params, publisher):
+            try:
+                target = str(guard.resolve(value))
+            except AnonflowError as exc:
+                raise InputError(f"parameter {key!r}: {exc.message}", where=where) from None
+            if target in claimed:
+                raise InputError(f"parameter {key!r}: step {claimed[target]!r} publishes {value!r} too; each "
+                                 "output path is written by one step", where=where)
+            claimed[target] = node.name
+
+
+def output_params(params: dict[str, Any], publisher: Any) -> list[tuple[str, str]]:
+    """The (parameter, path) pairs a publisher writes, by its ``outputs`` declaration."""
+    names = getattr(publisher, "outputs", ("path",))
+    return [(k, params[k]) for k in names if isinstance(params.get(k), str)]
+
+
 class Runner:
     def __init__(self, store: Store, registry: Registry | None = None, reporter: Reporter | None = None,
                  history: list[dict[str, Any]] | None = None) -> None:
@@ -139,17 +219,20 @@ class Runner:
         self.registry = registry or get_registry()
         self.reporter = reporter or Reporter()
         self.history = history
+        self.output_guard: Any = None
 
     def run(self, spec: WorkflowSpec, *, use_cache: bool = True, output_dir: Path | None = None,
             plan: Plan | None = None) -> RunResult:
         """Run every step of ``spec``; raise :class:`AnonflowError` (with ``run_id`` set) on failure."""
         plan = plan or build_plan(spec, self.registry)
+        out_dir = default_output_dir(spec, output_dir)
+        check_outputs(plan, out_dir, self.store, self.registry)
         run_id = self.store.begin_run(workflow=spec.name, path=str(spec.path), text=spec.text,
                                       text_hash=spec.text_hash, seed=spec.seed,
                                       overrides=[list(o) for o in spec.overrides], versions=versions(self.registry))
         result = RunResult(run_id=run_id, status="running", workflow=spec.name)
         artifacts: dict[str, Artifact] = {}
-        out_dir = (output_dir or spec.base_dir).resolve()
+        self.output_guard = output_guard(plan, out_dir, self.store, self.registry)
         try:
             for position, name in enumerate(plan.order):
                 node = plan.nodes[name]
@@ -160,6 +243,8 @@ class Runner:
                 result.steps.append({"step": name, "kind": node.kind, "uses": node.uses, "status": rec["status"],
                                      "rows": rec.get("rows"), "seconds": round(rec.get("seconds") or 0.0, 4),
                                      "notes": (rec.get("summary") or {}).get("notes", [])})
+                if (rec.get("summary") or {}).get("suppressed") is not None:
+                    result.steps[-1]["suppressed"] = rec["summary"]["suppressed"]
         except BaseException as exc:
             if not isinstance(exc, AnonflowError):
                 if isinstance(exc, Exception):
@@ -255,7 +340,7 @@ class Runner:
 
         ctx = StepContext(step=node.name, seed=seed, rng=np.random.default_rng(seed), workflow_dir=spec.base_dir,
                           output_dir=out_dir, sql=self.store_sql, progress=self.reporter.progress,
-                          store_table=store_table, run_record=run_record)
+                          store_table=store_table, run_record=run_record, output_guard=self.output_guard)
         tables = [self.store.get(a.table) for a in inputs]
         ctx.inputs = tables
         metrics: dict[str, float] = {}
@@ -275,10 +360,18 @@ class Runner:
             elif node.kind == "algorithm":
                 typed, suppressed = self._run_algorithm(node, tables[0], ctx, where)
                 self._store_output(node, typed, rec, run_id)
+                algo = node.plugin.obj
+                if algo.suppresses or suppressed is not None:
+                    # the step's recorded summary: suppressed records and the cap, in records
+                    n_in = tables[0].num_rows
+                    summary.update(suppressed=0 if suppressed is None else suppressed.num_rows,
+                                   suppression_limit=suppression_limit(algo.suppression_cap(node.params), n_in))
                 if suppressed is not None:
                     art = self.store.put(suppressed, run_id=run_id, step=node.name)
-                    summary.update(suppressed=art.rows, suppressed_table=art.table)
-                    ctx.note(f"{art.rows} record(s) suppressed; they are kept in table {art.table} "
+                    summary.update(suppressed_table=art.table)
+                    ctx.note(f"{art.rows} record(s) suppressed, {art.rows / n_in:.2%} of {n_in} (cap "
+                             f"{algo.suppression_param} = {algo.suppression_cap(node.params):g}: at most "
+                             f"{summary['suppression_limit']}); they are kept in table {art.table} "
                              f"(view steps.\"{spec.name}.{node.name}.suppressed\")")
                     extra_edges += [(p, art.table) for p in parents]
                     self.store.view(f"{spec.name}.{node.name}.suppressed", art.table)
@@ -341,9 +434,31 @@ class Runner:
         cls = out.data.column(CLASS)
         if not cls.null_count:
             return out, None
+        self._check_suppression(node, cls.null_count, table.num_rows, where)
         keep = pc.is_valid(cls)
         suppressed = out.replace(data=out.data.filter(pc.invert(keep)).drop_columns([CLASS]), claims={})
         return out.replace(data=out.data.filter(keep)), suppressed
+
+    @staticmethod
+    def _check_suppression(node: Node, suppressed: int, records: int, where: str) -> None:
+        """Hold an algorithm to its suppression cap (:meth:`Algorithm.suppression_cap`): one
+        that does not declare ``suppresses`` may suppress nothing."""
+        algo = node.plugin.obj
+        if not algo.suppresses:
+            raise PluginError(f"algorithm {node.uses!r} ({node.plugin.distribution} {node.version}) suppressed "
+                              f"{suppressed} of {records} records (null {CLASS}) but does not declare that it "
+                              "suppresses records (Algorithm.suppresses), so none may be suppressed", where=where)
+        cap = algo.suppression_cap(node.params)
+        limit = suppression_limit(cap, records)
+        if suppressed <= limit:
+            return
+        need = min(math.ceil(suppressed / records * 100 - 1e-9) / 100, 1.0)
+        while need < 1.0 and suppression_limit(need, records) < suppressed:
+            need = min(round(need + 0.01, 2), 1.0)
+        param = algo.suppression_param
+        raise RunError(f"{node.uses} would suppress {suppressed} of {records} records ({suppressed / records:.1%}), "
+                       f"more than its cap {param} = {cap:g} allows ({limit} records); to accept that, raise the "
+                       f"cap: --set {node.name}.{param}={need:g} (or relax the privacy parameters)", where=where)
 
     def _store_output(self, node: Node, typed: TypedTable, rec: dict[str, Any], run_id: str) -> None:
         art = self.store.put(typed, run_id=run_id, step=node.name)

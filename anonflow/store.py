@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -20,9 +23,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from .errors import InputError, StoreError
+from .errors import InputError, StoreError, WorkflowError
 from .hierarchy import Hierarchy
 from .schema import RESERVED, ROW, Typing
 from .spec import SourceSpec
@@ -160,10 +165,79 @@ def _read_expr(src: SourceSpec) -> tuple[str, list[Any]]:
 
 
 def _check_source_file(src: SourceSpec) -> None:
+    where = f"source {src.name!r}"
     if src.path is None or not src.path.exists():
-        raise InputError(f"file not found: {src.path}", where=f"source {src.name!r}")
+        raise InputError(f"file not found: {src.path}", where=where)
     if src.path.is_dir():
-        raise InputError(f"{src.path} is a directory, expected a file", where=f"source {src.name!r}")
+        raise InputError(f"{src.path} is a directory, expected a file", where=where)
+    if src.format == "duckdb":
+        return
+    if src.path.stat().st_size == 0:
+        raise InputError(f"{src.path} is empty (0 bytes): no header and no records", where=where)
+    if src.format == "csv" and _only_blank(src.path):
+        raise InputError(f"{src.path} holds only blank lines: no header and no records", where=where)
+
+
+def _only_blank(path: Path, block: int = 1 << 16) -> bool:
+    """Whether a text file holds nothing but whitespace (and a UTF-8 byte order mark); reads
+    until the first other byte, so a real file costs one block."""
+    with open(path, "rb") as fh:
+        first = True
+        while True:
+            chunk = fh.read(block)
+            if not chunk:
+                return True
+            if first and chunk.startswith(b"\xef\xbb\xbf"):
+                chunk = chunk[3:]
+            first = False
+            if chunk.strip():
+                return False
+
+
+def _check_header(con: Any, src: SourceSpec, names: list[str]) -> None:
+    """A CSV header must name every column once: DuckDB would silently rename a repeated
+    name (``age``, ``age_1``; names compare case-insensitively) and call an empty one
+    ``column<i>``. ``names`` are the columns DuckDB read; the header is read raw to compare."""
+    if src.format != "csv" or src.options.get("header") is False:
+        return
+    args, params = ["header = false", "all_varchar = true"], [str(src.path)]
+    for key, opt in (("delimiter", "delim"), ("quote", "quote")):
+        if key in src.options:
+            args.append(f"{opt} = ?")
+            params.append(str(src.options[key]))
+    try:
+        row = con.execute(f"SELECT * FROM read_csv(?, {', '.join(args)}) LIMIT 1", params).fetchone()
+    except duckdb.Error:
+        return  # the real read reports the problem
+    if row is None or len(row) != len(names):
+        return
+    raw = [None if v is None else str(v).lstrip("\ufeff") for v in row]
+    seen: dict[str, int] = {}
+    firsts = []
+    for i, v in enumerate(raw):
+        if v is not None and v.strip().casefold() not in seen:
+            seen[v.strip().casefold()] = i
+            firsts.append(i)
+    if not all(names[i].strip() == str(raw[i]).strip() for i in firsts):
+        return  # the first line is a record, not a header
+    where = f"source {src.name!r}"
+    for i, v in enumerate(raw):
+        if v is None or not v.strip():
+            raise InputError(f"the header of {src.path} has no name for column {i + 1}; name every column",
+                             where=where)
+        j = seen[v.strip().casefold()]
+        if j != i:
+            also = "" if raw[j].strip() == v.strip() else f" (as {v.strip()!r}: names ignore case)"
+            raise InputError(f"the header of {src.path} names column {raw[j].strip()!r} twice{also}, columns "
+                             f"{j + 1} and {i + 1}; rename one so that every column has its own name", where=where)
+
+
+def _no_records(src: SourceSpec) -> str:
+    if src.format == "duckdb":
+        return f"table {src.table!r}" + (f" in {src.path}" if src.path else "") + " has no records"
+    if src.format == "csv":
+        return f"{src.path} has a header but no records"
+    return f"{src.path} has no records"
 
 
 def _duck_message(exc: Exception) -> str:
@@ -181,20 +255,27 @@ def read_source(src: SourceSpec) -> pa.Table:
         except duckdb.Error as exc:
             raise InputError(f"cannot open DuckDB file {src.path}: {_duck_message(exc)}", where=where) from None
         try:
-            return _arrow(con.sql(f"SELECT * FROM {ident(src.table or '')}"))
+            data = _arrow(con.sql(f"SELECT * FROM {ident(src.table or '')}"))
         except duckdb.Error as exc:
             raise InputError(f"cannot read table {src.table!r}: {_duck_message(exc)}", where=where) from None
         finally:
             con.close()
+        if data.num_rows == 0:
+            raise InputError(_no_records(src), where=where)
+        return data
     _check_source_file(src)
     sql, params = _read_expr(src)
     con = duckdb.connect()
     try:
-        return _arrow(con.sql(sql, params=params))
+        data = _arrow(con.sql(sql, params=params))
+        _check_header(con, src, data.column_names)
     except duckdb.Error as exc:
         raise InputError(f"cannot read {src.path}: {_duck_message(exc)}", where=where) from None
     finally:
         con.close()
+    if data.num_rows == 0:
+        raise InputError(_no_records(src), where=where)
+    return data
 
 
 def describe_source(src: SourceSpec) -> list[tuple[str, str]]:
@@ -207,11 +288,40 @@ def describe_source(src: SourceSpec) -> list[tuple[str, str]]:
     con = duckdb.connect()
     try:
         rel = con.execute(f"DESCRIBE {sql}", params)
-        return [(r[0], r[1]) for r in rel.fetchall()]
+        columns = [(r[0], r[1]) for r in rel.fetchall()]
+        _check_header(con, src, [c for c, _ in columns])
+        if con.execute(f"SELECT 1 FROM ({sql}) LIMIT 1", params).fetchone() is None:
+            raise InputError(_no_records(src), where=where)
+        return columns
     except duckdb.Error as exc:
         raise InputError(f"cannot read {src.path}: {_duck_message(exc)}", where=where) from None
     finally:
         con.close()
+
+
+#: what DuckDB raises (the CLI turns it into one line about a damaged store)
+DatabaseError = duckdb.Error
+
+#: runs this process has begun and not finished (never marked interrupted while it lives)
+ACTIVE_RUNS: set[str] = set()
+
+_DAMAGE_HINT = ("the file is damaged or truncated: move it aside and restore a backup, or start a new store with "
+                "--db (published releases are checked by 'anonflow verify', which needs no store)")
+
+
+def open_failure(path: Path, exc: Exception) -> str:
+    """One line saying why a store file cannot be opened."""
+    msg = _duck_message(exc)
+    if "Could not set lock" in msg or "Conflicting lock" in msg:
+        m = re.search(r"PID (\d+)", msg)
+        who = f"process {m.group(1)}" if m else "another process"
+        return (f"cannot open store {path}: {who} holds it (a run in progress, most likely; DuckDB lets one process "
+                "write a store and no other read it meanwhile): wait for it to finish, or use another --db")
+    return damaged(path, exc)
+
+
+def damaged(path: Path, exc: Exception) -> str:
+    return f"cannot read store {path}: {_duck_message(exc)}; {_DAMAGE_HINT}"
 
 
 class Store:
@@ -219,19 +329,38 @@ class Store:
 
     def __init__(self, path: str | Path = "anonflow.duckdb", *, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         if read_only and not self.path.exists():
             raise StoreError(f"no anonflow store at {self.path} (run a workflow first, or pass --db)")
+        if not read_only and str(path) != ":memory:" and self.path.is_dir():
+            raise StoreError(f"cannot open store {self.path}: it is a directory (--db names a DuckDB file)")
+        # DuckDB spills to a work folder of anonflow's own: created fresh, owner-only, removed on close
+        self._spill = tempfile.mkdtemp(prefix="anonflow-spill-")
         try:
             self.con = duckdb.connect(str(self.path), read_only=read_only)
+            self.con.execute(f"SET temp_directory = '{self._spill}'")  # mkdtemp's name: no quote in it
         except duckdb.Error as exc:
-            msg = _duck_message(exc)
-            if "lock" in msg.lower():
-                msg = "it is in use by another process (DuckDB allows one writer at a time)"
-            raise StoreError(f"cannot open store {self.path}: {msg}") from None
-        if read_only:
-            self._check_schema()
-        else:
-            self._migrate()
+            shutil.rmtree(self._spill, ignore_errors=True)
+            raise StoreError(open_failure(self.path, exc)) from None
+        try:
+            if read_only:
+                self._check_schema()
+            else:
+                self._migrate()
+                self._mark_interrupted()
+        except duckdb.Error as exc:
+            self.close()
+            raise StoreError(damaged(self.path, exc)) from None
+
+    def _mark_interrupted(self) -> None:
+        """Runs left ``running`` by a process that died (killed, power cut) become
+        ``interrupted``: this connection holds DuckDB's write lock, so no other process is
+        running them, and runs of this process are in :data:`ACTIVE_RUNS`."""
+        active = sorted(ACTIVE_RUNS) or [""]
+        self.con.execute("UPDATE af_runs SET status = 'interrupted', error = coalesce(error, ?) "
+                         f"WHERE status = 'running' AND run_id NOT IN ({', '.join('?' * len(active))})",
+                         ["its process ended before the run finished (killed or crashed); "
+                          "its steps up to then are recorded", *active])
 
     # -- schema -------------------------------------------------------------------------
 
@@ -273,7 +402,12 @@ class Store:
         return rows[0] if rows else None
 
     def close(self) -> None:
-        self.con.close()
+        try:
+            con = getattr(self, "con", None)
+            if con is not None:
+                con.close()
+        finally:
+            shutil.rmtree(self._spill, ignore_errors=True)
 
     def __enter__(self) -> "Store":
         return self
@@ -383,11 +517,13 @@ class Store:
     def begin_run(self, *, workflow: str, path: str, text: str, text_hash: str, seed: int,
                   overrides: list, versions: dict) -> str:
         run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+        ACTIVE_RUNS.add(run_id)
         self.con.execute("INSERT INTO af_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', NULL, ?, NULL)",
                          [run_id, workflow, path, text, text_hash, seed, _json(overrides), _json(versions), _now()])
         return run_id
 
     def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
+        ACTIVE_RUNS.discard(run_id)
         self.con.execute("UPDATE af_runs SET status = ?, error = ?, finished_at = ? WHERE run_id = ?",
                          [status, error, _now(), run_id])
 
@@ -446,13 +582,23 @@ class Store:
             out.append(rec)
         return out
 
+    def _status(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # read-only: no process holds the write lock, so a run still marked running has died
+        if self.read_only:
+            for r in rows:
+                if r.get("status") == "running" and r.get("run_id") not in ACTIVE_RUNS:
+                    r["status"] = "interrupted"
+                    r["error"] = r.get("error") or "its process ended before the run finished"
+        return rows
+
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:
-        return self._dicts("SELECT run_id, workflow, workflow_path, seed, status, error, started_at, finished_at "
-                           "FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT ?", [limit])
+        return self._status(self._dicts(
+            "SELECT run_id, workflow, workflow_path, seed, status, error, started_at, finished_at "
+            "FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT ?", [limit]))
 
     def run(self, run_id: str) -> dict[str, Any]:
-        rows = self._dicts("SELECT * FROM af_runs WHERE run_id = ? OR run_id LIKE ? ORDER BY started_at DESC",
-                           [run_id, run_id + "%"])
+        rows = self._status(self._dicts("SELECT * FROM af_runs WHERE run_id = ? OR run_id LIKE ? "
+                                        "ORDER BY started_at DESC", [run_id, run_id + "%"]))
         if not rows:
             raise StoreError(f"no run {run_id!r} in {self.path}")
         if len(rows) > 1 and rows[0]["run_id"] != run_id:
@@ -504,6 +650,11 @@ class Store:
             "WHERE r.run_id = ? AND o.run_id <> r.run_id AND o.status = 'succeeded' AND o.started_at < r.started_at "
             "ORDER BY o.started_at, o.run_id", [run_id])
 
+    def published_digests(self, path: str) -> set[str]:
+        """The sha256 digests of the files this store recorded publishing at ``path``."""
+        rows = self.con.execute("SELECT DISTINCT sha256 FROM af_outputs WHERE path = ?", [path]).fetchall()
+        return {r[0] for r in rows}
+
     def latest_run_with_step(self, step: str) -> str | None:
         row = self._one("SELECT r.run_id FROM af_step_runs s JOIN af_runs r USING (run_id) WHERE s.step = ? "
                                "ORDER BY r.started_at DESC LIMIT 1", [step])
@@ -517,3 +668,81 @@ def schema_markdown() -> str:
         body = "\n".join(line[8:] if line.startswith(" " * 8) else line.strip() for line in sql.strip("\n").splitlines())
         parts.append(f"### Migration {version}: {name}\n\n```sql\n{body.strip()}\n```\n")
     return "\n".join(parts)
+
+
+# -- user SQL ---------------------------------------------------------------------------
+#
+# SQL that a workflow file carries (``filter where:``), run where it can do no harm.
+#
+# A workflow may come from someone else (``anonflow verify --rerun`` runs the one a release
+# records), and DuckDB SQL can read any file or URL (``read_csv('/etc/passwd')``), write files
+# (``COPY``) and attach databases. The store's own connection needs those powers to read
+# sources and write files, and DuckDB's ``enable_external_access`` cannot be switched back on
+# once off, so user SQL never runs there. It runs on a connection of its own:
+#
+# * in memory, with external access disabled and the configuration locked (no file, URL,
+#   extension or ``ATTACH``; ``SET`` cannot lift it), one thread (results do not depend on
+#   scheduling) and a memory cap;
+# * seeing one table only, ``input``: the step's input records;
+# * as exactly one ``SELECT`` statement; the condition is evaluated to one boolean per input
+#   record (the engine checks it got exactly the input's records back, so SQL cannot add,
+#   repeat or reorder records) and the engine filters the records itself.
+
+#: DuckDB's memory cap for user SQL
+USER_SQL_MEMORY_LIMIT = "4GB"
+
+
+def _sandbox() -> Any:
+    return duckdb.connect(":memory:", config={
+        "enable_external_access": False,
+        "autoload_known_extensions": False,
+        "autoinstall_known_extensions": False,
+        "allow_community_extensions": False,
+        "threads": 1,
+        "memory_limit": USER_SQL_MEMORY_LIMIT,
+        "lock_configuration": True,
+    })
+
+
+def _user_query(condition: str) -> str:
+    return f'SELECT "{ROW}" AS r, CAST(({condition}) AS BOOLEAN) AS keep FROM input ORDER BY "{ROW}"'
+
+
+def check_condition(condition: str, *, where: str) -> None:
+    """Parse a ``where:`` condition (no data needed): it must be one SQL expression."""
+    if not isinstance(condition, str) or not condition.strip():
+        raise WorkflowError("'where' must be an SQL condition", where=where)
+    if "\0" in condition:
+        raise WorkflowError("'where' contains a NUL character", where=where)
+    con = _sandbox()
+    try:
+        statements = con.extract_statements(_user_query(condition))
+    except duckdb.Error as exc:
+        raise WorkflowError(f"'where' is not a valid SQL condition: {condition!r}: {_duck_message(exc)}",
+                            where=where) from None
+    finally:
+        con.close()
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        raise WorkflowError(f"'where' must be one SQL condition over the columns, got {condition!r} (it ends the "
+                            "expression and adds statements of its own)", where=where)
+
+
+def condition_mask(condition: str, data: pa.Table, *, where: str) -> pa.Array:
+    """One boolean per record of ``data`` (in ``_row`` order; null counts as false)."""
+    check_condition(condition, where=where)
+    con = _sandbox()
+    try:
+        con.register("input", data)
+        try:
+            rel = con.sql(_user_query(condition))
+            result = (getattr(rel, "to_arrow_table", None) or rel.fetch_arrow_table)()
+        except duckdb.Error as exc:
+            raise InputError(f"cannot apply where: {condition!r}: {_duck_message(exc)}", where=where) from None
+    finally:
+        con.close()
+    rows = np.sort(data.column(ROW).to_numpy(zero_copy_only=False))
+    got = result.column("r").to_numpy(zero_copy_only=False)
+    if len(got) != len(rows) or not np.array_equal(got, rows):
+        raise InputError(f"'where' {condition!r} is not a condition on each record: its query returned "
+                         f"{len(got)} rows for {len(rows)} records", where=where)
+    return pc.fill_null(result.column("keep"), False)

@@ -81,7 +81,7 @@ def census_workflow(folder: Path, k: int = 5, extra: str = "", name: str = "wf.y
           published:
             uses: publish
             input: grouped
-            with: {{publisher: parquet, path: out/census.parquet}}
+            with: {{publisher: parquet, path: census.parquet}}
         """)
     if extra:
         text += textwrap.indent(textwrap.dedent(extra).strip("\n"), "  ") + "\n"

@@ -49,7 +49,7 @@ def test_set_sweeps_k_without_editing_the_file(cli, project):
 
 def test_same_workflow_and_seed_give_byte_identical_outputs(cli, project):
     wf = census_workflow(project, extra="""
-        csv: {uses: publish, input: grouped, with: {publisher: csv, path: out/census.csv}}
+        csv: {uses: publish, input: grouped, with: {publisher: csv, path: census.csv}}
     """)
     a = run_json(cli, wf, "--db", project / "a.duckdb", "--out-dir", project / "a")
     b = run_json(cli, wf, "--db", project / "b.duckdb", "--out-dir", project / "b", "--no-cache")
@@ -245,7 +245,7 @@ def test_store_in_use_is_a_clear_error(cli, project):
         assert holder.stdout.readline().strip() == "ok"
         res = cli("run", wf, "--db", db)
         assert res.exit_code == 1
-        assert "in use by another process" in res.output
+        assert f"process {holder.pid} holds it" in res.output and "use another --db" in res.output
     finally:
         holder.kill()
         holder.wait()

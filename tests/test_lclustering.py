@@ -465,7 +465,7 @@ def small_workflow(folder, l=2, typing="quasi: [age, country], sensitive: [dis]"
           published:
             uses: publish
             input: clustered
-            with: {{publisher: csv, path: out/lc.csv{extra}}}
+            with: {{publisher: csv, path: lc.csv{extra}}}
         """)
 
 

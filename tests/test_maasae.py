@@ -482,7 +482,7 @@ steps:
     uses: evaluate
     input: [typed, grouped]
     with: {{metrics: [avg-il, avg-ent, cavg, p-sensitive-k-anonymity, l-diversity, k-anonymity]}}
-  published: {{uses: publish, input: grouped, with: {{publisher: csv, path: out/x.csv}}}}
+  published: {{uses: publish, input: grouped, with: {{publisher: csv, path: x.csv}}}}
 """)
     return path
 

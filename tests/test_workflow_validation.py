@@ -32,7 +32,7 @@ def test_publishing_waits_for_evaluation_even_when_declared_first(project):
     path = write(project / "wf.yaml", """
         sources: {census: {path: data/sdcmicro/CASCrefmicrodata.csv}}
         steps:
-          published: {uses: publish, input: grouped, with: {publisher: csv, path: out/x.csv}}
+          published: {uses: publish, input: grouped, with: {publisher: csv, path: x.csv}}
           typed: {uses: typing, input: census, with: {quasi: [AGI, FICA]}}
           grouped: {uses: mdav, input: typed, with: {k: 3}}
           scores: {uses: evaluate, input: grouped, with: {metrics: [k-anonymity]}}

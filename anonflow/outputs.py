@@ -1,0 +1,110 @@
+"""Where a run may write: every published path stays inside the output folder.
+
+A workflow file may come from someone else, so the paths its publish steps name are not
+trusted. Two layers keep them in bounds:
+
+* :func:`check_output_path`, when the workflow is validated (``anonflow plan`` and before
+  ``anonflow run`` starts anything): a path must be relative, non-empty and must not climb
+  out of the output folder (``..``);
+* :class:`OutputGuard`, when a publisher resolves a path (``StepContext.resolve_output``):
+  the real path (symbolic links followed) must lie inside the output folder, must not be the
+  store, a source, the workflow file or any file a step reads (hierarchy and grading files),
+  and, if something is already there, it must be a file this store published earlier and that
+  nobody has changed since (same path and sha256, as recorded in ``af_outputs``). Everything
+  else the user owns is never written over.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Callable, Iterable
+
+from .errors import InputError, WorkflowError
+
+
+def check_output_path(text: object, *, where: str, param: str = "path") -> None:
+    """Reject an output path that could leave the output folder (raises WorkflowError)."""
+    if not isinstance(text, str) or not text.strip():
+        raise WorkflowError(f"parameter {param!r} must be a non-empty relative path, got {text!r}", where=where)
+    if "\0" in text:
+        raise WorkflowError(f"parameter {param!r} contains a NUL character", where=where)
+    win = PureWindowsPath(text)
+    if os.path.isabs(text) or PurePosixPath(text).is_absolute() or win.drive or win.root:
+        raise WorkflowError(f"parameter {param!r} is {text!r}, an absolute path; output paths are relative to the "
+                            "output folder (--out-dir, default out/ beside the workflow file)", where=where)
+    parts = PurePosixPath(text.replace("\\", "/")).parts
+    depth = 0
+    for part in parts:
+        depth += -1 if part == ".." else (0 if part == "." else 1)
+        if depth < 0:
+            raise WorkflowError(f"parameter {param!r} is {text!r}, which leaves the output folder; output paths "
+                                "stay inside --out-dir (default out/ beside the workflow file)", where=where)
+    if depth == 0:
+        raise WorkflowError(f"parameter {param!r} is {text!r}, which names the output folder itself; give a file or "
+                            "folder inside it", where=where)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+class OutputGuard:
+    """Resolves and checks the paths publishers write (see the module docstring).
+
+    ``published(path)`` returns the sha256 digests this store recorded for files published
+    at ``path`` (an absolute, normalized path), ``protected`` lists files never to write."""
+
+    def __init__(self, out_dir: Path, *, protected: Iterable[Path | str] = (),
+                 published: Callable[[str], set[str]] = lambda path: set(),
+                 store_path: Path | None = None) -> None:
+        self.out_dir = Path(os.path.abspath(out_dir))
+        self.protected = {os.path.realpath(p) for p in protected}
+        self.published = published
+        self.store_path = store_path
+
+    def resolve(self, text: str, *, check_existing: bool = True) -> Path:
+        check_output_path(text, where="publish", param="path")
+        path = Path(os.path.normpath(self.out_dir / text))
+        real_out = os.path.realpath(self.out_dir)
+        real = os.path.realpath(path)
+        if not _inside(real, real_out):
+            raise InputError(f"output path {text!r} resolves to {real}, outside the output folder {real_out} "
+                             "(through a symbolic link); nothing was written there")
+        for p in self.protected:
+            if real == p or _inside(p, real):
+                what = "the store" if self.store_path is not None and p.startswith(
+                    os.path.realpath(self.store_path)) else "a file this workflow reads (its file, a source, a " \
+                                                            "hierarchy or grading file)"
+                raise InputError(f"output path {text!r} ({path}) would write over {what}: {p}; choose another path")
+        if check_existing:
+            self._check_existing(text, path)
+        return path
+
+    def _check_existing(self, text: str, path: Path) -> None:
+        from .api import file_sha256
+
+        if not (path.exists() or path.is_symlink()):
+            return
+        files: list[Path] = []
+        if path.is_symlink() or not (path.is_file() or path.is_dir()):
+            raise InputError(f"output path {text!r} ({path}) exists and is not a plain file or folder; "
+                             "anonflow writes only over files it published itself")
+        if path.is_dir():
+            for root, dirs, names in os.walk(path, followlinks=False):
+                for d in dirs:
+                    if os.path.islink(os.path.join(root, d)):
+                        raise InputError(f"output path {text!r} ({path}) holds a symbolic link "
+                                         f"({os.path.join(root, d)}); anonflow writes only over what it published")
+                files += [Path(root) / n for n in names]
+        else:
+            files = [path]
+        for f in files:
+            recorded = self.published(os.path.normpath(str(f)))
+            if not recorded:
+                raise InputError(f"output path {text!r} would write over {f}, which this store "
+                                 f"({self.store_path or 'in memory'}) did not publish; anonflow never overwrites a "
+                                 "file it did not write: remove it or choose another path")
+            if f.is_symlink() or not f.is_file() or file_sha256(f) not in recorded:
+                raise InputError(f"output path {text!r} would write over {f}, which was changed after this store "
+                                 "published it; remove it or choose another path")

@@ -1,0 +1,340 @@
+"""The engine under hostile and messy input, driven through the CLI (issue 12).
+
+Duplicate YAML keys; output confinement (absolute, ``..``, symbolic-link escapes; never over
+the store, a source, the workflow file, a hierarchy file, or a file this store did not
+publish); user SQL that tries to read files or add records; killed runs; damaged stores;
+anonflow's own spill folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from anonflow.store import Store
+
+from .conftest import census_workflow
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): _sha(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# -- duplicate keys ------------------------------------------------------------------------------
+
+
+def test_a_parameter_given_twice_is_refused_not_silently_last(cli, project):
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("with: {k: 5}", "with: {k: 5, k: 2}"))
+    for args in (("plan",), ("run", "--db", project / "s.duckdb")):
+        res = cli(args[0], wf, *args[1:])
+        assert res.exit_code == 2, res.output
+        assert "key 'k' appears twice" in res.output and "line 14" in res.output
+    assert not (project / "out").exists() and not (project / "s.duckdb").exists()
+
+
+def test_a_step_given_twice_is_refused(cli, project):
+    wf = census_workflow(project, extra="""
+        grouped:
+          uses: mdav
+          input: typed
+          with: {k: 2}
+        """)
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 2 and "key 'grouped' appears twice (first at line 11)" in res.output, res.output
+
+
+def test_a_duplicate_key_in_a_set_value_is_refused(cli, project):
+    wf = census_workflow(project)
+    res = cli("plan", wf, "--set", "scores.thresholds={sse-il: {max: 20, max: 99}}")
+    assert res.exit_code == 2 and "appears twice" in res.output, res.output
+
+
+# -- output confinement --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/tmp/anonflow-escape.csv", "../escape.csv", "a/../../escape.csv", "..", ".",
+                                  "out/../../escape.csv", "C:\\\\escape.csv"])
+@pytest.mark.parametrize("publisher", ["csv", "release"])
+def test_output_paths_that_leave_the_output_folder_fail_at_plan_time(cli, project, path, publisher):
+    wf = census_workflow(project, extra=f"""
+        leak:
+          uses: publish
+          input: grouped
+          with: {{publisher: {publisher}, path: "{path}"}}
+        """)
+    before = _snapshot(project)
+    for args in (("plan",), ("run", "--db", project / "s.duckdb")):
+        res = cli(args[0], wf, *args[1:])
+        assert res.exit_code == 2, res.output
+        assert "step 'leak'" in res.output and "parameter 'path'" in res.output, res.output
+    assert _snapshot(project) == before  # nothing written: no store, no output, no escape
+    assert not Path("/tmp/anonflow-escape.csv").exists()
+
+
+def test_the_default_output_folder_is_out_beside_the_workflow(cli, project):
+    wf = census_workflow(project)
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 0, res.output
+    assert (project / "out" / "census.parquet").is_file()
+
+
+def _run(cli, wf, db, *extra):
+    return cli("run", wf, "--db", db, *extra)
+
+
+def test_publishing_never_writes_over_the_store_a_source_or_the_workflow(cli, project):
+    db = project / "store.duckdb"
+    assert _run(cli, census_workflow(project), db).exit_code == 0
+    protected = {"the store": "store.duckdb", "a source": "data/sdcmicro/CASCrefmicrodata.csv",
+                 "the workflow": "wf2.yaml"}
+    for what, target in protected.items():
+        wf = census_workflow(project, name="wf2.yaml", extra=f"""
+            clobber:
+              uses: publish
+              input: grouped
+              with: {{publisher: csv, path: "{target}"}}
+            """)
+        before = _snapshot(project)
+        res = _run(cli, wf, db, "--out-dir", project)  # the output folder holds them all
+        assert res.exit_code == 2, (what, res.output)
+        assert "step 'clobber'" in res.output and "would write over" in res.output, res.output
+        assert _snapshot(project) == before, what
+    res = cli("runs", "--db", db)
+    assert res.exit_code == 0 and "succeeded" in res.output
+
+
+def test_publishing_never_writes_over_a_hierarchy_file(cli, tmp_path):
+    from .conftest import DATA
+
+    (tmp_path / "h.csv").write_text("Male;*\nFemale;*\n")
+    (tmp_path / "data").mkdir()
+    import shutil
+
+    shutil.copy(DATA / "arx" / "adult.csv", tmp_path / "data" / "adult.csv")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("""
+name: h
+sources:
+  adult: {path: data/adult.csv, delimiter: ";"}
+steps:
+  typed:
+    uses: typing
+    input: adult
+    with: {quasi: [sex], sensitive: [salary-class]}
+  h:
+    uses: hierarchy
+    input: typed
+    with: {sex: {arx: h.csv}}
+  out:
+    uses: publish
+    input: h
+    with: {publisher: csv, path: h.csv}
+""")
+    before = _sha(tmp_path / "h.csv")
+    res = _run(cli, wf, tmp_path / "s.duckdb", "--out-dir", tmp_path)
+    assert res.exit_code == 2 and "would write over" in res.output, res.output
+    assert _sha(tmp_path / "h.csv") == before
+
+
+def test_publishing_never_writes_over_a_file_this_store_did_not_publish(cli, project):
+    mine = project / "out" / "census.parquet"
+    mine.parent.mkdir()
+    mine.write_text("my own notes")
+    wf = census_workflow(project)
+    res = _run(cli, wf, project / "s.duckdb")
+    assert res.exit_code == 2 and "did not publish" in res.output, res.output
+    assert mine.read_text() == "my own notes"
+    assert "20" not in cli("runs", "--db", project / "s.duckdb").output  # refused before any run began
+
+
+def test_a_file_this_store_published_may_be_rewritten_but_not_once_changed(cli, project):
+    wf = census_workflow(project)
+    db = project / "s.duckdb"
+    assert _run(cli, wf, db).exit_code == 0
+    assert _run(cli, wf, db).exit_code == 0  # the same store may replace what it published
+    other = _run(cli, wf, project / "other.duckdb")
+    assert other.exit_code == 2 and "did not publish" in other.output
+    out = project / "out" / "census.parquet"
+    out.write_bytes(out.read_bytes() + b"edited")
+    res = _run(cli, wf, db)
+    assert res.exit_code == 2 and "was changed after this store published it" in res.output, res.output
+    assert out.read_bytes().endswith(b"edited")
+
+
+def test_a_symbolic_link_cannot_lead_outside_the_output_folder(cli, project, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside")
+    (project / "out").mkdir()
+    (project / "out" / "link").symlink_to(outside, target_is_directory=True)
+    wf = census_workflow(project, extra="""
+        leak:
+          uses: publish
+          input: grouped
+          with: {publisher: csv, path: link/x.csv}
+        """)
+    res = _run(cli, wf, project / "s.duckdb")
+    assert res.exit_code == 2 and "outside the output folder" in res.output, res.output
+    assert not list(outside.iterdir())
+
+
+def test_two_steps_may_not_publish_the_same_path(cli, project):
+    wf = census_workflow(project, extra="""
+        again:
+          uses: publish
+          input: grouped
+          with: {publisher: csv, path: ./census.parquet}
+        """)
+    res = _run(cli, wf, project / "s.duckdb")
+    assert res.exit_code == 2 and "publishes './census.parquet' too" in res.output, res.output
+
+
+# -- user SQL -----------------------------------------------------------------------------------
+
+
+def _filtered(project, where: str) -> Path:
+    wf = census_workflow(project)
+    text = wf.read_text().replace("""  grouped:
+    uses: mdav
+    input: typed""", f"""  kept:
+    uses: filter
+    input: typed
+    with: {{where: "{where}"}}
+  grouped:
+    uses: mdav
+    input: kept""")
+    wf.write_text(text)
+    return wf
+
+
+@pytest.mark.parametrize("where", [
+    "(SELECT count(*) FROM read_csv('/etc/passwd')) > 0",
+    "AGI > (SELECT count(*) FROM read_text('/etc/hostname'))",
+    "EXISTS (SELECT * FROM glob('/etc/*'))",
+    "AGI > 0 AND (SELECT count(*) FROM read_parquet('data/x.parquet')) = 0",
+])
+def test_filter_sql_cannot_read_files(cli, project, where):
+    wf = _filtered(project, where)
+    res = _run(cli, wf, project / "s.duckdb")
+    assert res.exit_code == 2, res.output
+    assert "step 'kept'" in res.output and "disabled by configuration" in res.output, res.output
+    assert not (project / "out").exists()
+
+
+@pytest.mark.parametrize("where", [
+    "1=1) AS BOOLEAN) AS keep FROM input; COPY (SELECT 1) TO '/tmp/anonflow-pwn.csv'; SELECT 1 AS r, CAST((1=1",
+    "1=1) AS BOOLEAN) AS keep FROM input; ATTACH '/tmp/anonflow-pwn.duckdb' AS x; SELECT 1 AS r, CAST((1=1",
+    "1=1) AS BOOLEAN) AS keep FROM input; INSTALL httpfs; SELECT 1 AS r, CAST((1=1",
+    "1=1); COPY (SELECT 1) TO '/tmp/anonflow-pwn.csv'; SELECT 1 WHERE (1=1",
+])
+def test_filter_sql_cannot_add_statements(cli, project, where):
+    wf = _filtered(project, where)
+    res = cli("plan", wf, "--no-preview")
+    assert res.exit_code == 2 and "step 'kept'" in res.output, res.output
+    assert "'where' must be one SQL condition" in res.output or "not a valid SQL condition" in res.output
+    if "AS BOOLEAN" in where:  # shaped to the engine's query: parses, as several statements
+        assert "'where' must be one SQL condition" in res.output, res.output
+    assert not Path("/tmp/anonflow-pwn.csv").exists() and not Path("/tmp/anonflow-pwn.duckdb").exists()
+
+
+def test_filter_sql_cannot_add_or_repeat_records(cli, project):
+    wf = _filtered(project, "true) AS BOOLEAN) AS keep FROM input UNION ALL SELECT _row, CAST((true")
+    res = _run(cli, wf, project / "s.duckdb")
+    assert res.exit_code == 2 and "is not a condition on each record" in res.output, res.output
+
+
+def test_filter_sql_on_its_columns_still_works(cli, project):
+    wf = _filtered(project, "AGI > (SELECT median(AGI) FROM input)")
+    res = cli("run", wf, "--db", project / "s.duckdb", "--json")
+    assert res.exit_code == 0, res.output
+    import json
+
+    steps = {s["step"]: s for s in json.loads(res.output)["steps"]}
+    assert steps["kept"]["rows"] == 540
+
+
+# -- the store ------------------------------------------------------------------------------------
+
+
+def test_a_killed_run_is_reported_interrupted_not_running(cli, project):
+    db = project / "s.duckdb"
+    code = ("import os, sys\nfrom anonflow.store import Store\ns = Store(sys.argv[1])\n"
+            "s.begin_run(workflow='w', path='w.yaml', text='', text_hash='', seed=0, overrides=[], versions={})\n"
+            "s.con.execute('CHECKPOINT')\nos._exit(9)\n")
+    subprocess.run([sys.executable, "-c", code, str(db)], check=False)
+    res = cli("runs", "--db", db)  # read-only: shown as interrupted
+    assert res.exit_code == 0 and "interrupted" in res.output and " running " not in res.output, res.output
+    assert _run(cli, census_workflow(project), db).exit_code == 0  # a writer records it as interrupted
+    with Store(db, read_only=True) as store:
+        statuses = sorted(r[0] for r in store.con.execute("SELECT status FROM af_runs").fetchall())
+    assert statuses == ["interrupted", "succeeded"]
+
+
+@pytest.fixture
+def recorded(cli, project):
+    db = project / "s.duckdb"
+    res = cli("run", census_workflow(project), "--db", db, "--json")
+    assert res.exit_code == 0
+    import json
+
+    return db, json.loads(res.output)["run_id"]
+
+
+def _damage(db: Path, how: str) -> Path:
+    data = bytearray(db.read_bytes())
+    bad = db.with_name(f"{how}.duckdb")
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    else:
+        for pos in range(12288, len(data), 4099):
+            data[pos] ^= 0x10
+    bad.write_bytes(bytes(data))
+    return bad
+
+
+@pytest.mark.parametrize("how", ["truncated", "flipped"])
+def test_a_damaged_store_gives_one_line_never_a_traceback(cli, project, recorded, how):
+    db, run_id = recorded
+    bad = _damage(db, how)
+    for args in (("runs",), ("runs", run_id), ("report", run_id), ("lineage", "grouped"),
+                 ("run", str(census_workflow(project, name="wf3.yaml")), "--out-dir", str(project / "o3"))):
+        res = cli(*args, "--db", bad)
+        assert res.exit_code in (1, 2), (args, res.output)
+        lines = [line for line in res.output.splitlines() if line.strip()]
+        assert lines and lines[-1].startswith("Error: "), (args, res.output)
+        assert "Traceback" not in res.output
+        if res.exit_code == 1:
+            assert str(bad) in res.output and "damaged" in res.output, (args, res.output)
+
+
+def test_a_store_held_by_a_run_says_so(cli, project, recorded):
+    db, _ = recorded
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time\nc = duckdb.connect(sys.argv[1])\n"
+                               "print('ready', flush=True)\ntime.sleep(30)", str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        res = cli("runs", "--db", db)
+        assert res.exit_code == 1 and f"process {holder.pid} holds it" in res.output, res.output
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_store_spills_to_an_owner_only_folder_it_removes(tmp_path):
+    store = Store(tmp_path / "s.duckdb")
+    spill = Path(store.con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+    assert spill.is_dir() and stat.S_IMODE(spill.stat().st_mode) == 0o700
+    assert not spill.is_relative_to(tmp_path)
+    store.close()
+    assert not spill.exists()
+    assert not (tmp_path / "s.duckdb.tmp").exists()
+    assert os.listdir(tmp_path) == ["s.duckdb"]
