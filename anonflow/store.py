@@ -309,6 +309,27 @@ _DAMAGE_HINT = ("the file is damaged or truncated: move it aside and restore a b
                 "--db (published releases are checked by 'anonflow verify', which needs no store)")
 
 
+def _check_store_file(path: Path) -> None:
+    """An existing ``--db`` must be a DuckDB file: DuckDB "opens" other files (a CSV, say) as
+    an empty database in memory, so a mistyped --db would record a run nowhere, and it would
+    write its header over an empty file of the user's."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    if path.is_dir():
+        raise StoreError(f"cannot open store {path}: it is a directory (--db names a DuckDB file)")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except OSError as exc:
+        raise StoreError(f"cannot open store {path}: {exc.strerror}") from None
+    if not head:
+        raise StoreError(f"cannot open store {path}: it is an empty file, not a store; anonflow does not write over "
+                         "a file it did not create: remove it or choose another --db")
+    if head[8:12] != b"DUCK":
+        raise StoreError(f"cannot open store {path}: it is not a DuckDB file (no DuckDB header); --db names "
+                         "anonflow's store, not a data file")
+
+
 def open_failure(path: Path, exc: Exception) -> str:
     """One line saying why a store file cannot be opened."""
     msg = _duck_message(exc)
@@ -332,8 +353,8 @@ class Store:
         self.read_only = read_only
         if read_only and not self.path.exists():
             raise StoreError(f"no anonflow store at {self.path} (run a workflow first, or pass --db)")
-        if not read_only and str(path) != ":memory:" and self.path.is_dir():
-            raise StoreError(f"cannot open store {self.path}: it is a directory (--db names a DuckDB file)")
+        if str(path) != ":memory:":
+            _check_store_file(self.path)
         # DuckDB spills to a work folder of anonflow's own: created fresh, owner-only, removed on close
         self._spill = tempfile.mkdtemp(prefix="anonflow-spill-")
         try:

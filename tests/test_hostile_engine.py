@@ -338,3 +338,19 @@ def test_the_store_spills_to_an_owner_only_folder_it_removes(tmp_path):
     assert not spill.exists()
     assert not (tmp_path / "s.duckdb.tmp").exists()
     assert os.listdir(tmp_path) == ["s.duckdb"]
+
+
+@pytest.mark.parametrize("kind", ["data file", "empty file", "folder"])
+def test_db_must_be_a_store_never_a_data_file(cli, project, kind):
+    target = {"data file": project / "data" / "sdcmicro" / "CASCrefmicrodata.csv", "empty file": project / "e.db",
+              "folder": project / "data"}[kind]
+    if kind == "empty file":
+        target.write_bytes(b"")
+    before = _snapshot(project)
+    for args in (("run", str(census_workflow(project, name="wf9.yaml"))), ("runs",)):
+        res = cli(*args, "--db", target)
+        assert res.exit_code == 1 and "cannot open store" in res.output, res.output
+        assert res.output.count("\n") == 1
+    after = _snapshot(project)
+    after.pop("wf9.yaml")
+    assert after == before
