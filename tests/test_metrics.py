@@ -79,3 +79,13 @@ def test_k_anonymity_by_class_for_lossy_join_output():
     assert out["k-anonymity"] == 2 and out["k-anonymity.holds"] == 1
     by_values = KAnonymity().compute(None, t, {"k": None, "by": "values"}, make_context())
     assert by_values["k-anonymity"] == 1 and by_values["k-anonymity.holds"] == 0
+
+
+def test_k_anonymity_by_class_reports_the_qi_values_k_beside_it():
+    # classes of 2 and 3 by id; the QI values 1, 1 | 2, 3, 3: the attacker's smallest group is {2}
+    t = typed_table({"q": [1.0, 1.0, 2.0, 3.0, 3.0]}, quasi={"q": "continuous"},
+                    claims={"k-anonymity": {"k": 2, "by": "class"}}, extra={"_class": [0, 0, 1, 1, 1]})
+    out = KAnonymity().compute(None, t, {"k": None, "by": None}, make_context())
+    assert out["k-anonymity"] == 2 and out["k-anonymity.by_qi_values"] == 1
+    assert "k-anonymity.by_qi_values" not in KAnonymity().compute(None, t, {"k": None, "by": "values"},
+                                                                   make_context())
