@@ -315,3 +315,28 @@ def test_cli_alpha_i_k_gca_grades_no_missing_value(cli, tmp_path):
     assert m["scores.alpha-i-k-anonymity.holds"] == 1.0 and m["scores.alpha-i-k-anonymity.smallest_class"] >= 3
     assert m["scores.alpha-i-k-anonymity.missing_sensitive"] == missing
     assert m["scores.alpha-i-k-anonymity.classes_without_value"] == 0
+
+
+def test_join_nearest_places_each_record_as_the_record_by_record_rule_does():
+    """One distance row per distinct QI tuple gives exactly the per-record answer (nearest
+    classed record, ties to the lowest position), duplicates and ties included."""
+    from anonflow.kernels.distance import record_distances
+    from anonflow.kernels.encode import encode
+    from anonflow.testing import typed_table
+
+    from anonflow_std.common import join_nearest
+
+    rng = np.random.default_rng(5)
+    n = 400
+    t = typed_table({"x": rng.integers(0, 6, n).astype(float).tolist(), "c": rng.choice(list("abc"), n).tolist()},
+                    quasi={"x": "continuous", "c": "nominal"})
+    enc = encode(t, ["x", "c"])
+    labels = rng.integers(0, 20, n)
+    pending = np.sort(rng.choice(n, 120, replace=False))
+    labels[pending] = -1
+    expected = labels.copy()
+    classed = np.flatnonzero(labels >= 0)
+    for i in pending:
+        expected[i] = labels[classed][int(np.argmin(record_distances(enc, int(i), rows=classed)))]
+    assert join_nearest(enc, labels, pending) == 120
+    assert np.array_equal(labels, expected)

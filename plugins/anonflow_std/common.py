@@ -132,14 +132,20 @@ def join_nearest(enc: "Encoded", labels: np.ndarray, pending: np.ndarray) -> int
     whose sensitive value is missing: they take no part in building classes, and joining a
     class never lowers its real distinct values or raises a real value's share c / r."""
     from anonflow.kernels.distance import record_distances
+    from anonflow.kernels.encode import Continuous
 
     pending = np.asarray(pending, dtype=np.int64)
     classed = np.flatnonzero(labels >= 0)
     if not classed.size or not pending.size:
         return 0
     targets = labels[classed]
-    chosen = np.empty(pending.size, dtype=np.int64)
-    for j, i in enumerate(pending.tolist()):  # one vectorized distance row per pending record
-        chosen[j] = targets[int(np.argmin(record_distances(enc, i, rows=classed)))]
-    labels[pending] = chosen
+    # records with the same encoded QI values have the same distance row and the same choice:
+    # one vectorized row per distinct QI tuple among the pending records, not one per record
+    keys = np.column_stack([a.scaled[pending] if isinstance(a, Continuous) else a.codes[pending].astype(np.float64)
+                            for a in enc.attributes]) if enc.attributes else np.zeros((pending.size, 1))
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    choice = np.empty(first.size, dtype=np.int64)
+    for u, i in enumerate(pending[first].tolist()):
+        choice[u] = targets[int(np.argmin(record_distances(enc, i, rows=classed)))]
+    labels[pending] = choice[inverse.reshape(-1)]
     return int(pending.size)
