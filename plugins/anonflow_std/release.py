@@ -529,9 +529,12 @@ class Release(Publisher):
         remove_stale(parent, target.name)
         tmp = parent / f".{target.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        tmp.mkdir(mode=0o700)  # a work folder of anonflow's own while it is being written
         try:
             manifest = self.build(tmp, table, params, info, ctx, registry, target, key=key)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o777 & ~umask)  # published: the ordinary permissions of a new folder
             swap_into_place(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
