@@ -162,6 +162,12 @@ class Publisher(Plugin):
     #: the engine checks them before a run starts, and ``ctx.resolve_output`` again at write time.
     outputs: ClassVar[tuple[str, ...]] = ("path",)
 
+    def output_files(self, params: Mapping[str, Any]) -> list[str]:
+        """The paths (relative to the output folder) this step will write, files or folders,
+        worked out from its parameters before the run: the engine refuses two steps whose paths
+        are the same or one inside the other. The default: the values of :attr:`outputs`."""
+        return [params[k] for k in self.outputs if isinstance(params.get(k), str)]
+
     def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: "StepContext") -> list["Output"]:
         """Write ``table`` and return one :class:`Output` per file written."""
         raise NotImplementedError

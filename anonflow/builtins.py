@@ -192,6 +192,7 @@ class TypingStep(Builtin):
                                     f"its columns are: {', '.join(c for c in cols if c != ROW)}", where=where)
         keep = [c for c in cols if c == ROW or (c in roles and roles[c][0] != "identifier")
                 or (c not in roles and params["others"] == "insensitive")]
+        _check_column_names([c for c in keep if c != ROW], where)
         return tuple(keep)
 
     def run(self, table: pa.Table, params: Mapping[str, Any], ctx: StepContext, where: str) -> tuple[TypedTable, dict]:
@@ -200,6 +201,7 @@ class TypingStep(Builtin):
         summary: dict[str, Any] = {"records_in": table.num_rows}
         keep = [c for c in table.column_names if c != ROW and (
             (c in roles and roles[c][0] != "identifier") or (c not in roles and params["others"] == "insensitive"))]
+        _check_column_names(keep, where)
         dropped_cols = [c for c in table.column_names if c != ROW and c not in keep]
         if dropped_cols:
             summary["columns_dropped"] = dropped_cols
@@ -305,6 +307,20 @@ class TypingStep(Builtin):
         return TypedTable(table, Typing(tuple(attributes), params["missing"])), summary
 
 
+#: first characters that make a spreadsheet read a cell as a formula (OWASP's list)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _check_column_names(columns: Sequence[str], where: str) -> None:
+    """A published column's name becomes a CSV header cell: one that a spreadsheet would run as
+    a formula (``=HYPERLINK(...)``) is refused rather than published (data cells are escaped)."""
+    for c in columns:
+        if str(c).startswith(FORMULA_STARTS):
+            raise InputError(f"column name {c!r} begins with {str(c)[0]!r}, so a spreadsheet opening the published "
+                             "CSV would run it as a formula; rename the column in the source (or declare it under "
+                             "'identifier' to drop it)", where=where)
+
+
 def _is_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
@@ -312,7 +328,9 @@ def _is_text(t: pa.DataType) -> bool:
 #: spellings of "missing" that a quasi-identifier, sensitive or label text column may not hold
 #: unless the workflow says what they are (``missing_values`` or ``not_missing``); compared
 #: after trimming whitespace, ignoring case.
-MISSING_SPELLINGS = ("na", "n/a", "#n/a", "n.a.", "null", "none", "nan", "nil", "missing", "?", "-", "--", ".")
+MISSING_SPELLINGS = ("na", "n/a", "#n/a", "n.a.", "n.a", "na.", "n\\a", "<na>", "null", "(null)", "#null!",
+                     "<null>", "none", "(none)", "nan", "nil", "missing", "unknown", "?", "-", "--", ".", "n/k",
+                     "not available", "not known")
 
 
 def _check_missing_params(params: Mapping[str, Any], where: str) -> None:
@@ -353,8 +371,13 @@ def _check_missing_spellings(col: pa.ChunkedArray, c: str, missing: Any, allowed
 #: column names that say "identifier" (compared lowercase, as whole words: ``record_id``,
 #: ``recordId``, ``Household ID``), and compact forms that end in ``id`` (``hhid``).
 _ID_WORDS = frozenset(("id", "ids", "uid", "uuid", "guid", "pid", "hhid", "hid", "rid", "recid", "ssn", "sin",
-                       "nino", "passport", "name", "names", "fullname", "firstname", "lastname", "surname",
-                       "username", "email", "mail", "phone", "telephone", "mobile", "iban", "address"))
+                       "nino", "nhs", "medicare", "medicaid", "passport", "name", "names", "fullname", "firstname",
+                       "lastname", "surname", "username", "email", "mail", "phone", "telephone", "mobile", "iban",
+                       "address", "ip", "mac", "imei", "vin", "dob", "birthdate", "postcode", "license",
+                       "licence", "socialsecurity", "taxid", "tin", "npi", "mrn"))
+#: name fragments that say "identifier" wherever they appear (``SocialSecurityNumber``)
+_ID_FRAGMENTS = ("socialsecurity", "nationalinsurance", "nationalid", "passport", "driverslicen", "taxpayer",
+                 "medicalrecord", "healthcard", "ssn")
 _ID_PREFIXES = ("household", "hh", "person", "pers", "record", "rec", "patient", "customer", "cust", "client",
                 "user", "member", "respondent", "resp", "case", "row", "subject", "employee", "emp", "account")
 
@@ -364,10 +387,15 @@ def _identifier_like(name: str, col: pa.ChunkedArray) -> str | None:
     at least 90 % of at least 20 records), or None."""
     import re
 
+    import unicodedata
+
+    name = unicodedata.normalize("NFKC", name)  # fullwidth "Ｉｄ" reads "Id"
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
     words = [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
     compact = "".join(words)
-    if any(w in _ID_WORDS for w in words) or any(compact == p + "id" or compact == p + "no" for p in _ID_PREFIXES):
+    if any(w in _ID_WORDS for w in words) or any(compact == p + "id" or compact == p + "no" for p in _ID_PREFIXES) \
+            or any(f in compact for f in _ID_FRAGMENTS) \
+            or (len(words) > 1 and words[-1] in ("number", "no", "num", "nr", "code") and words[-2] in _ID_WORDS):
         return "its name says so"
     n = len(col) - col.null_count
     if n >= 20:
@@ -731,7 +759,16 @@ class PublishStep(Builtin):
         return own, rest
 
     def check_params(self, given, registry, where, base_dir=None):
-        own, _, rest = self.validate_all(given, registry, where)
+        from .outputs import check_output_path
+
+        own, reg, rest = self.validate_all(given, registry, where)
+        for key in getattr(reg.obj, "outputs", ("path",)):
+            if rest.get(key) is not None:
+                check_output_path(rest[key], where=where, param=key)
+        try:  # what the publisher can tell without the table (paths, names, a signing key) fails now
+            reg.obj.check(rest, workflow_dir=base_dir)
+        except InputError as exc:
+            raise WorkflowError(exc.message, where=where) from None
         return {**own, **rest}
 
     def validate_all(self, params: Mapping[str, Any], registry: Any, where: str) -> tuple[dict, Any, dict]:
@@ -748,19 +785,9 @@ class PublishStep(Builtin):
         return own, reg, rest
 
     def validate(self, params, inputs, registry, where):
-        from .outputs import check_output_path
-
         if not inputs[0].typed:
             raise WorkflowError(f"input {inputs[0].name!r} is not typed; publish a typing or algorithm step's output",
                                 where=where)
-        own, reg, rest = self.validate_all(params, registry, where)
-        for key in getattr(reg.obj, "outputs", ("path",)):
-            if rest.get(key) is not None:
-                check_output_path(rest[key], where=where, param=key)
-        try:  # what the publisher can tell without the table (paths given, names) fails here, not after the run
-            reg.obj.check(rest)
-        except InputError as exc:
-            raise WorkflowError(exc.message, where=where) from None
         return None
 
     def run(self, table: TypedTable, params: Mapping[str, Any], registry: Any, ctx: StepContext,

@@ -407,8 +407,9 @@ def keygen(path: Path) -> None:
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the page here (default: standard output).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing file at -o (never the store or the run's inputs).")
 @_guard
-def report(run_id: str, db: str, output: Path | None) -> None:
+def report(run_id: str, db: str, output: Path | None, overwrite: bool) -> None:
     """Write the HTML report of a recorded run: the same page a release holds (privacy checks,
     class sizes, information loss, metrics, parameter sweep, lineage)."""
     from .api import atomic_write
@@ -429,12 +430,25 @@ def report(run_id: str, db: str, output: Path | None) -> None:
     if output is None:
         click.echo(page, nl=False)
         return
-    if os.path.realpath(output) in {os.path.realpath(db), os.path.realpath(f"{db}.wal")}:
-        from .errors import InputError
-
-        raise InputError(f"-o {output} is the store itself; write the report elsewhere")
+    _check_report_target(output, db, info, overwrite)
     atomic_write(output, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     click.echo(f"report of run {rid} written to {output}", err=True)
+
+
+def _check_report_target(output: Path, db: str, info: Any, overwrite: bool) -> None:
+    """``report -o`` never writes over the store or a file the run read (its workflow file, a
+    source), and over any other existing file only with ``--overwrite``."""
+    from .errors import InputError
+
+    target = os.path.realpath(output)
+    inputs = {os.path.realpath(p) for p in (db, f"{db}.wal", info.run.get("workflow_path") or "")
+              if p} | {os.path.realpath(s["path"]) for s in info.sources if s.get("path")}
+    if target in inputs:
+        raise InputError(f"-o {output} is the store or a file run {info.run['run_id']} read; write the report "
+                         "elsewhere")
+    if (output.exists() or output.is_symlink()) and not overwrite:
+        raise InputError(f"-o {output} exists; anonflow does not write over a file unless told to: add --overwrite, "
+                         "or choose another path")
 
 
 @main.group()

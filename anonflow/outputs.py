@@ -62,6 +62,10 @@ class OutputGuard:
         self.protected = {os.path.realpath(p) for p in protected}
         self.published = published
         self.store_path = store_path
+        #: files written so far in this run -> the step that wrote them (set by the runner)
+        self.written: dict[str, str] = {}
+        #: the publish step now running (set by the runner)
+        self.step: str | None = None
 
     def resolve(self, text: str, *, check_existing: bool = True) -> Path:
         check_output_path(text, where="publish", param="path")
@@ -77,6 +81,10 @@ class OutputGuard:
                     os.path.realpath(self.store_path)) else "a file this workflow reads (its file, a source, a " \
                                                             "hierarchy or grading file)"
                 raise InputError(f"output path {text!r} ({path}) would write over {what}: {p}; choose another path")
+        for done, step in self.written.items():
+            if step != self.step and (_inside(done, str(path)) or _inside(str(path), done)):
+                raise InputError(f"output path {text!r} ({path}) would write over {done}, which step {step!r} "
+                                 "published earlier in this run; give each publish step its own path")
         if check_existing:
             self._check_existing(text, path)
         return path

@@ -183,8 +183,9 @@ def output_guard(plan: Plan, out_dir: Path, store: Store, registry: Registry) ->
 
 
 def check_outputs(plan: Plan, out_dir: Path, store: Store, registry: Registry) -> None:
-    """Before a run starts: every declared output path of every publish step resolves inside
-    ``out_dir`` and may be written (raises InputError naming the step and the path)."""
+    """Before a run starts: every path every publish step will write resolves inside
+    ``out_dir`` and may be written, and no two steps write the same file or one inside the
+    other's folder (raises InputError naming the step and the path)."""
     guard = output_guard(plan, out_dir, store, registry)
     claimed: dict[str, str] = {}
     for node in plan.steps():
@@ -192,21 +193,30 @@ def check_outputs(plan: Plan, out_dir: Path, store: Store, registry: Registry) -
             continue
         where = plan.spec.where(f"step {node.name!r}")
         publisher = registry.get("publisher", node.params["publisher"], where=where).obj
+        mine: set[str] = set()
         for key, value in output_params(node.params, publisher):
             try:
                 target = str(guard.resolve(value))
             except AnonflowError as exc:
                 raise InputError(f"parameter {key!r}: {exc.message}", where=where) from None
-            if target in claimed:
-                raise InputError(f"parameter {key!r}: step {claimed[target]!r} publishes {value!r} too; each "
-                                 "output path is written by one step", where=where)
-            claimed[target] = node.name
+            if target in mine:
+                raise InputError(f"the step writes {value!r} twice; give each file its own path", where=where)
+            for other, step in claimed.items():
+                if target == other or target.startswith(other + os.sep) or other.startswith(target + os.sep):
+                    raise InputError(f"{value!r} {'is' if target == other else 'overlaps'} what step {step!r} "
+                                     f"publishes ({other}); each publish step needs a path of its own", where=where)
+            mine.add(target)
+        claimed.update((t, node.name) for t in mine)
 
 
 def output_params(params: dict[str, Any], publisher: Any) -> list[tuple[str, str]]:
-    """The (parameter, path) pairs a publisher writes, by its ``outputs`` declaration."""
-    names = getattr(publisher, "outputs", ("path",))
-    return [(k, params[k]) for k in names if isinstance(params.get(k), str)]
+    """The (parameter, path) pairs of the files and folders a publisher will write
+    (``Publisher.output_files``; the declared ``outputs`` parameters by default)."""
+    names = [k for k in getattr(publisher, "outputs", ("path",)) if isinstance(params.get(k), str)]
+    derive = getattr(publisher, "output_files", None)
+    files = derive(params) if derive is not None else [params[k] for k in names]
+    by_value = {params[k]: k for k in names}
+    return [(by_value.get(f, names[0] if names else "path"), f) for f in files]
 
 
 class Runner:
@@ -378,7 +388,11 @@ class Runner:
             elif node.kind == "evaluate":
                 metrics, failures = BUILTINS["evaluate"].run(tables, node.params, self.registry, ctx, where)
             elif node.kind == "publish":
+                if self.output_guard is not None:
+                    self.output_guard.step = node.name
                 outputs = BUILTINS["publish"].run(tables[0], node.params, self.registry, ctx, where)
+                if self.output_guard is not None:
+                    self.output_guard.written.update((os.path.normpath(o.path), node.name) for o in outputs)
         except AnonflowError as exc:
             if not exc.where:
                 exc = type(exc)(exc.message, where=where)

@@ -118,9 +118,36 @@ class DuplicateKeyError(yaml.YAMLError):
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
+#: the most values a workflow file may hold once its aliases are expanded (a YAML "billion
+#: laughs" file is a few lines that expand to billions of values)
+MAX_VALUES = 1_000_000
+
+
+class TooLargeError(yaml.YAMLError):
+    pass
+
+
+def _expanded_size(data: Any, budget: int) -> int:
+    """Count the values of ``data`` as if every alias were written out, stopping past ``budget``."""
+    count, stack = 0, [data]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > budget:
+            raise TooLargeError(f"it expands to more than {budget:,} values (aliases of aliases); write the values out")
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return count
+
+
 def load_yaml(text: str) -> Any:
-    """Parse YAML text, refusing duplicate keys (raises ``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    """Parse YAML text, refusing duplicate keys and alias bombs (raises ``yaml.YAMLError``)."""
+    data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    _expanded_size(data, MAX_VALUES)
+    return data
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -172,6 +199,8 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
     except DuplicateKeyError as exc:
         raise _err(path, f"line {exc.mark.line + 1}, column {exc.mark.column + 1}: {exc}; "
                          "each step, source and parameter may be given once") from None
+    except TooLargeError as exc:
+        raise _err(path, f"refused: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -217,7 +246,7 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
 def _source(path: Path, base: Path, name: str, data: Any) -> SourceSpec:
     where = f"source {name!r}"
     if not _IDENT.match(name):
-        raise _err(path, "source names must be letters, digits, '_' or '-'", where)
+        raise _err(path, "source names start with a letter or '_' and hold letters, digits, '_' or '-'", where)
     if isinstance(data, str):
         data = {"path": data}
     if not isinstance(data, Mapping):
@@ -253,7 +282,7 @@ def _source(path: Path, base: Path, name: str, data: Any) -> SourceSpec:
 def _step(path: Path, name: str, data: Any, index: int) -> StepSpec:
     where = f"step {name!r}"
     if not _IDENT.match(name):
-        raise _err(path, "step names must be letters, digits, '_' or '-'", where)
+        raise _err(path, "step names start with a letter or '_' and hold letters, digits, '_' or '-'", where)
     if not isinstance(data, Mapping):
         raise _err(path, "expected a mapping with 'uses', 'input' and 'with'", where)
     _check_keys(path, data, STEP_KEYS, where)

@@ -16,6 +16,7 @@ import re
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -251,7 +252,9 @@ def read_source(src: SourceSpec) -> pa.Table:
         if src.path is not None:
             _check_source_file(src)
         try:
-            con = duckdb.connect(str(src.path), read_only=True) if src.path else duckdb.connect()
+            # the file may come from someone else: a view in it must not read other files
+            con = duckdb.connect(str(src.path), read_only=True, config=dict(_SANDBOX_CONFIG)) if src.path \
+                else duckdb.connect(config=dict(_SANDBOX_CONFIG))
         except duckdb.Error as exc:
             raise InputError(f"cannot open DuckDB file {src.path}: {_duck_message(exc)}", where=where) from None
         try:
@@ -260,6 +263,7 @@ def read_source(src: SourceSpec) -> pa.Table:
             raise InputError(f"cannot read table {src.table!r}: {_duck_message(exc)}", where=where) from None
         finally:
             con.close()
+        _check_reserved(data.column_names, src)
         if data.num_rows == 0:
             raise InputError(_no_records(src), where=where)
         return data
@@ -273,9 +277,20 @@ def read_source(src: SourceSpec) -> pa.Table:
         raise InputError(f"cannot read {src.path}: {_duck_message(exc)}", where=where) from None
     finally:
         con.close()
+    _check_reserved(data.column_names, src)
     if data.num_rows == 0:
         raise InputError(_no_records(src), where=where)
     return data
+
+
+def _check_reserved(names: Iterable[str], src: SourceSpec) -> None:
+    """``_row`` and ``_class`` are anonflow's, in any case (DuckDB's names are case-insensitive:
+    a source column ``_ROW`` would be renamed behind the user's back)."""
+    reserved = {r.lower() for r in RESERVED}
+    clash = [c for c in names if c.lower() in reserved]
+    if clash:
+        raise InputError(f"column name {clash[0]!r} is reserved by anonflow (as {clash[0].lower()!r}, in any case); "
+                         f"rename it in {src.describe()}", where=f"source {src.name!r}")
 
 
 def describe_source(src: SourceSpec) -> list[tuple[str, str]]:
@@ -290,6 +305,7 @@ def describe_source(src: SourceSpec) -> list[tuple[str, str]]:
         rel = con.execute(f"DESCRIBE {sql}", params)
         columns = [(r[0], r[1]) for r in rel.fetchall()]
         _check_header(con, src, [c for c, _ in columns])
+        _check_reserved([c for c, _ in columns], src)
         if con.execute(f"SELECT 1 FROM ({sql}) LIMIT 1", params).fetchone() is None:
             raise InputError(_no_records(src), where=where)
         return columns
@@ -521,10 +537,7 @@ class Store:
     def load_source(self, src: SourceSpec, *, run_id: str, file_hash: str) -> Artifact:
         """Read a source, number its records (``_row``) and store it."""
         data = read_source(src)
-        clash = [c for c in data.column_names if c in RESERVED]
-        if clash:
-            raise InputError(f"column name {clash[0]!r} is reserved by anonflow; rename it in {src.describe()}",
-                             where=f"source {src.name!r}")
+        _check_reserved(data.column_names, src)
         data = data.add_column(0, ROW, pa.array(range(data.num_rows), type=pa.int64()))
         return self.put(data, run_id=run_id, step=src.name)
 
@@ -713,16 +726,21 @@ def schema_markdown() -> str:
 USER_SQL_MEMORY_LIMIT = "4GB"
 
 
+#: how long one user SQL condition may run (seconds) before it is interrupted
+USER_SQL_TIMEOUT = 300.0
+
+#: a DuckDB connection that reads no file, URL or extension beyond the one it opens
+_SANDBOX_CONFIG = {
+    "enable_external_access": False,
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "allow_community_extensions": False,
+    "lock_configuration": True,
+}
+
+
 def _sandbox() -> Any:
-    return duckdb.connect(":memory:", config={
-        "enable_external_access": False,
-        "autoload_known_extensions": False,
-        "autoinstall_known_extensions": False,
-        "allow_community_extensions": False,
-        "threads": 1,
-        "memory_limit": USER_SQL_MEMORY_LIMIT,
-        "lock_configuration": True,
-    })
+    return duckdb.connect(":memory:", config={**_SANDBOX_CONFIG, "threads": 1, "memory_limit": USER_SQL_MEMORY_LIMIT})
 
 
 def _user_query(condition: str) -> str:
@@ -754,11 +772,18 @@ def condition_mask(condition: str, data: pa.Table, *, where: str) -> pa.Array:
     con = _sandbox()
     try:
         con.register("input", data)
+        timer = threading.Timer(USER_SQL_TIMEOUT, con.interrupt)
+        timer.start()
         try:
             rel = con.sql(_user_query(condition))
             result = (getattr(rel, "to_arrow_table", None) or rel.fetch_arrow_table)()
         except duckdb.Error as exc:
+            if not timer.is_alive():
+                raise InputError(f"'where' {condition!r} ran longer than {USER_SQL_TIMEOUT:g} s and was "
+                                 "interrupted", where=where) from None
             raise InputError(f"cannot apply where: {condition!r}: {_duck_message(exc)}", where=where) from None
+        finally:
+            timer.cancel()
     finally:
         con.close()
     rows = np.sort(data.column(ROW).to_numpy(zero_copy_only=False))

@@ -195,7 +195,7 @@ def test_two_steps_may_not_publish_the_same_path(cli, project):
           with: {publisher: csv, path: ./census.parquet}
         """)
     res = _run(cli, wf, project / "s.duckdb")
-    assert res.exit_code == 2 and "publishes './census.parquet' too" in res.output, res.output
+    assert res.exit_code == 2 and "'./census.parquet' is what step 'published' publishes" in res.output, res.output
 
 
 # -- user SQL -----------------------------------------------------------------------------------
@@ -354,3 +354,135 @@ def test_db_must_be_a_store_never_a_data_file(cli, project, kind):
     after = _snapshot(project)
     after.pop("wf9.yaml")
     assert after == before
+
+
+# -- found by a second hostile pass ---------------------------------------------------------------
+
+
+def test_a_publish_step_may_not_write_into_another_steps_release(cli, project):
+    wf = census_workflow(project, extra="""
+        rel:
+          uses: publish
+          input: grouped
+          with: {publisher: release, path: r}
+        sneak:
+          uses: publish
+          input: grouped
+          with: {publisher: csv, path: r/published.csv, row_id: true}
+        """)
+    res = _run(cli, wf, project / "s.duckdb")
+    assert res.exit_code == 2 and "step 'sneak'" in res.output and "overlaps what step 'rel'" in res.output
+    assert not (project / "out").exists()
+
+
+def test_a_publish_step_may_not_write_a_lossy_join_file(cli, project):
+    wf = census_workflow(project, extra="""
+        pair:
+          uses: publish
+          input: grouped
+          with: {publisher: lossy-join, path: x, format: csv, sensitive: FICA}
+        raw:
+          uses: publish
+          input: typed
+          with: {publisher: csv, path: x-sa.csv}
+        """)
+    res = _run(cli, wf, project / "s.duckdb")
+    assert res.exit_code == 2 and "is what step 'pair' publishes" in res.output, res.output
+
+
+def test_the_engine_stops_a_publisher_writing_over_another_steps_file(cli, project, monkeypatch):
+    """A publisher whose output_files does not say what it writes is still stopped at write time."""
+    from anonflow_std.publishers import CsvPublisher
+
+    monkeypatch.setattr(CsvPublisher, "output_files", lambda self, params: [])
+    wf = census_workflow(project, extra="""
+        first:
+          uses: publish
+          input: grouped
+          with: {publisher: csv, path: a.csv}
+        second:
+          uses: publish
+          input: typed
+          with: {publisher: csv, path: a.csv}
+        """)
+    res = _run(cli, wf, project / "s.duckdb")
+    assert res.exit_code == 2 and "which step 'first' published earlier in this run" in res.output, res.output
+
+
+@pytest.mark.parametrize("column", ["_ROW", "_Class"])
+def test_reserved_column_names_are_refused_in_any_case(cli, tmp_path, column):
+    (tmp_path / "d.csv").write_text(f"age,{column}\n" + "".join(f"{i},{i}\n" for i in range(30)))
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: r\nsources: {d: {path: d.csv}}\nsteps:\n"
+                  "  typed: {uses: typing, input: d, with: {quasi: [age], others: insensitive}}\n")
+    res = cli("plan", wf)
+    assert res.exit_code == 2 and f"column name {column!r} is reserved" in res.output, res.output
+
+
+@pytest.mark.parametrize("name", ["=2+5+cmd|' /C calc'!A0", "@SUM(A1)", "+1", "-1"])
+def test_a_column_name_that_would_run_as_a_formula_is_refused(cli, tmp_path, name):
+    import csv
+
+    with open(tmp_path / "d.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["age", name])
+        w.writerows([i, i % 3] for i in range(30))
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: r\nsources: {d: {path: d.csv}}\nsteps:\n"
+                  "  typed: {uses: typing, input: d, with: {quasi: [age], others: insensitive}}\n"
+                  "  g: {uses: mdav, input: typed, with: {k: 3}}\n"
+                  "  p: {uses: publish, input: g, with: {publisher: csv, path: p.csv}}\n")
+    for args in (("plan", wf), ("run", wf, "--db", tmp_path / "s.duckdb")):
+        res = cli(*args)
+        assert res.exit_code == 2 and "would run it as a formula" in res.output, res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_yaml_alias_bomb_is_refused_quickly(cli, tmp_path):
+    levels = ["&a0 [" + ", ".join(["lol"] * 10) + "]"]
+    levels += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: b\nsteps:\n  t:\n    uses: typing\n    with:\n      label: [" + ", ".join(levels) + "]\n")
+    res = cli("plan", wf, "--no-preview")
+    assert res.exit_code == 2 and "expands to more than 1,000,000 values" in res.output, res.output
+
+
+def test_filter_sql_that_never_ends_is_interrupted(cli, project, monkeypatch):
+    import anonflow.store
+
+    monkeypatch.setattr(anonflow.store, "USER_SQL_TIMEOUT", 1.0)
+    wf = _filtered(project, "(WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) "
+                            "SELECT count(*) FROM t) > 0")
+    res = _run(cli, wf, project / "s.duckdb")
+    assert res.exit_code == 2 and "ran longer than 1 s and was interrupted" in res.output, res.output
+
+
+def test_a_duckdb_source_cannot_read_other_files_through_a_view(cli, tmp_path):
+    import duckdb
+
+    secret = tmp_path / "secret.csv"
+    secret.write_text("x,y\n" + "".join(f"{i},{i * 2}\n" for i in range(40)))
+    con = duckdb.connect(str(tmp_path / "survey.duckdb"))
+    con.execute(f"CREATE VIEW responses AS SELECT * FROM read_csv('{secret}')")
+    con.close()
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: v\nsources: {survey: {table: responses, db: survey.duckdb}}\nsteps:\n"
+                  "  typed: {uses: typing, input: survey, with: {quasi: [x, y]}}\n")
+    res = cli("run", wf, "--db", tmp_path / "s.duckdb")
+    assert res.exit_code == 2 and "disabled by configuration" in res.output, res.output
+
+
+def test_report_never_writes_over_the_runs_inputs_and_asks_before_overwriting(cli, project, recorded):
+    db, run_id = recorded
+    source = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
+    before = _sha(source)
+    for target in (source, project / "wf.yaml", db):
+        res = cli("report", run_id, "--db", db, "-o", target, "--overwrite")
+        assert res.exit_code == 2 and "is the store or a file run" in res.output, res.output
+    assert _sha(source) == before
+    mine = project / "notes.html"
+    mine.write_text("mine")
+    res = cli("report", run_id, "--db", db, "-o", mine)
+    assert res.exit_code == 2 and "exists" in res.output and mine.read_text() == "mine"
+    assert cli("report", run_id, "--db", db, "-o", mine, "--overwrite").exit_code == 0
+    assert mine.read_text().startswith("<!DOCTYPE html>")
