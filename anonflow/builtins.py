@@ -246,8 +246,10 @@ class TypingStep(Builtin):
             if policy == "error":
                 c, (mask, n) = next(iter(missing_masks.items()))
                 first = int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
-                raise InputError(f"column {c!r} has {n} missing value(s), the first in record {first + 1}; "
-                                 "set missing: drop (drop those records, counted) or missing: category",
+                fix = "set missing: drop (drop those records, counted)" + (
+                    " or missing: category" if _is_text(table.column(c).type) else
+                    " (a number column cannot take missing: category)")
+                raise InputError(f"column {c!r} has {n} missing value(s), the first in record {first + 1}; {fix}",
                                  where=where)
             if policy == "drop":
                 any_missing = None
