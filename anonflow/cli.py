@@ -345,7 +345,7 @@ def _release_publisher(name: str = "release") -> Any:
               help="Store to record the re-run in (default: a scratch store, removed afterwards).")
 @click.option("--sources", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder the sources' recorded paths are relative to (the workflow file's folder; default: "
-                   "the nearest folder above the release that holds them).")
+                   "the folder above the release's output folder, if it holds them all).")
 @click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Public key file (KEY.pub from 'anonflow keygen KEY'): check the release's signature with it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
@@ -360,9 +360,14 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
 
     from .errors import InputError
 
+    import stat as _stat
+
+    name = "release"  # which publisher verifies: named by the manifest, read only if it is a regular file
     try:
-        name = (_json.loads((release / "manifest.json").read_text(encoding="utf-8")).get("publisher") or {}).get(
-            "name", "release")
+        if _stat.S_ISREG(os.lstat(release / "manifest.json").st_mode):
+            fd = os.open(release / "manifest.json", os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, encoding="utf-8") as fh:
+                name = (_json.loads(fh.read()).get("publisher") or {}).get("name", "release")
     except (OSError, ValueError, AttributeError):
         name = "release"
     if not release.is_dir():

@@ -378,7 +378,8 @@ def _release_input(text: str) -> tuple[str, str]:
 
 def _workflow_copy(name: str, folder: Path, rows: int | None) -> Path:
     """``workflows/<name>.yaml`` in ``folder`` with its data: each CSV source cut to its first
-    ``rows`` records (None: all), every other small data file copied, large ones linked. A release step is appended
+    ``rows`` records (None: all), every other small data file copied, large ones that are no
+    source linked. A release step is appended
     unless the workflow has one."""
     text = (WORKFLOWS / f"{name}.yaml").read_text()
     sources = {}
@@ -396,9 +397,10 @@ def _workflow_copy(name: str, folder: Path, rows: int | None) -> Path:
             with path.open("rb") as fh:
                 head = [fh.readline() for _ in range(rows + 1)]
             target.write_bytes(b"".join(head))
-        elif path.stat().st_size < 1 << 20:
-            # hierarchy and grading files are copied: a release records them relative to the
-            # workflow's folder, and 'verify --rerun' accepts only files inside it
+        elif path.stat().st_size < 1 << 20 or rel.as_posix() in sources:
+            # sources, hierarchy and grading files are copied: a release records them relative to
+            # the workflow's folder, and 'verify --rerun' reads only regular files inside it (never
+            # a symbolic link)
             shutil.copyfile(path, target)
         else:
             target.symlink_to(path)

@@ -9,9 +9,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import signal
 import stat
+import subprocess
 import sys
 import tempfile
+import textwrap
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -510,3 +515,371 @@ def test_a_bad_signing_key_is_one_clear_line(cli, project, key, message):
     assert res.exit_code == 2, res.output
     assert message in res.output and len(res.output.strip().splitlines()) == 1, res.output
     assert not (project / "out" / "release").exists()
+
+
+# -- 6. the audit of verify: sources, derived checks, regular files, SIGTERM, keys, headers -----------
+
+
+def _spy_runs(monkeypatch) -> list:
+    from anonflow import runner
+
+    runs: list = []
+    real = runner.Runner.run
+
+    def spy(self, spec, **kwargs):
+        runs.append(spec.path)
+        return real(self, spec, **kwargs)
+
+    monkeypatch.setattr(runner.Runner, "run", spy)
+    return runs
+
+
+@pytest.mark.parametrize("target", ["above", "etc-passwd"])
+def test_rerun_without_sources_reads_only_the_folder_above_the_output_folder(cli, tmp_path, scratch_root,
+                                                                              monkeypatch, target):
+    """A forged source path that names a file far above the release (``etc/passwd`` resolved from
+    ``/``) is not searched for: without --sources only the output folder's parent is used."""
+    project = tmp_path / "a" / "b" / "project"
+    (project / "data" / "sdcmicro").mkdir(parents=True)
+    census = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
+    census.write_bytes((Path(__file__).resolve().parents[1] / "workflows" / "data" / "sdcmicro" /
+                        "CASCrefmicrodata.csv").read_bytes())
+    rel = released(cli, project)
+    if target == "above":              # a file the old upward search found in tmp_path, 3 folders up
+        secret = tmp_path / "secret.csv"
+        secret.write_bytes(census.read_bytes())
+        path = "secret.csv"
+    else:
+        secret = Path("/etc/passwd")
+        if not secret.is_file():
+            pytest.skip("no /etc/passwd here")
+        path = "etc/passwd"
+
+    def edit(m):
+        m["workflow"]["text"] = m["workflow"]["text"].replace("data/sdcmicro/CASCrefmicrodata.csv", path)
+        m["sources"][0]["path"] = path
+        m["sources"][0]["sha256"] = sha(secret.read_bytes())
+        m["steps"][0]["params"]["path"] = path
+        m["steps"][0]["inputs"][0] = {"path": path, "sha256": sha(secret.read_bytes())}
+
+    forge(rel, edit)
+    runs = _spy_runs(monkeypatch)
+    code, result = verify(cli, rel, "--rerun")
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith(f"re-run: not attempted: cannot find the sources: {project.resolve()} (the folder above "
+                            f"the output folder {(project / 'out').resolve()}, the only one searched) does not hold "
+                            f"{path}") for f in bad), bad
+    assert runs == [] and list(scratch_root.iterdir()) == []
+    # with the workflow's folder given, the honest release still re-runs
+    rel2 = tmp_path / "honest"
+    run_json(cli, project / "wf.yaml", "--db", project / "s2.duckdb", "--out-dir", rel2)
+    code, result = verify(cli, rel2 / "release", "--rerun", "--sources", project)
+    assert code == 0, failures(result)
+    assert any(i["what"] == "sources" and i["detail"].startswith(f"the recorded files are read from {project.resolve()}"
+                                                                  " (given with --sources)") for i in result["findings"])
+
+
+def test_rerun_takes_the_sources_from_the_workflow_folder_not_the_output_folder(cli, project, scratch_root):
+    """A published file named like a source (out/census.csv beside the release) is no source."""
+    (project / "census.csv").write_bytes((project / "data" / "sdcmicro" / "CASCrefmicrodata.csv").read_bytes())
+    wf = census_workflow(project, extra=RELEASE + """
+    flat: {uses: publish, input: grouped, with: {publisher: csv, path: census.csv}}
+    """)
+    wf.write_text(wf.read_text().replace("data/sdcmicro/CASCrefmicrodata.csv", "census.csv"))
+    run_json(cli, wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
+    assert (project / "out" / "census.csv").read_bytes() != (project / "census.csv").read_bytes()
+    res = cli("verify", project / "out" / "release", "--rerun")
+    assert res.exit_code == 0, res.output
+    assert (f"ok    sources: the recorded files are read from {project.resolve()} (the folder above the output folder "
+            f"{(project / 'out').resolve()}; give --sources DIR for another)") in res.output
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "symlinked-folder"])
+def test_rerun_never_reads_a_source_that_is_not_a_regular_file_inside_the_workflow_folder(cli, project, tmp_path,
+                                                                                          scratch_root, monkeypatch,
+                                                                                          kind):
+    rel = released(cli, project)
+    src = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / src.name).write_bytes(src.read_bytes())
+    if kind == "symlink":           # the same bytes, through a link to a file outside the workflow's folder
+        src.unlink()
+        src.symlink_to(outside / src.name)
+        expect = "data/sdcmicro/CASCrefmicrodata.csv (under {}) is a symbolic link, not a regular file: not read"
+    elif kind == "fifo":            # opening it the old way waits forever for a writer
+        (project / "data" / "fifo").mkdir()
+        path = "data/fifo/census.csv"
+        os.mkfifo(project / path)
+        recorded = sha(src.read_bytes())
+
+        def edit(m):
+            m["workflow"]["text"] = m["workflow"]["text"].replace("data/sdcmicro/CASCrefmicrodata.csv", path)
+            m["sources"][0]["path"] = path
+            m["steps"][0]["params"]["path"] = path
+            m["steps"][0]["inputs"][0] = {"path": path, "sha256": recorded}
+
+        forge(rel, edit)
+        expect = "data/fifo/census.csv (under {}) is not a regular file: not read"
+        src.unlink()               # the source named by the forged manifest is only the FIFO
+    else:                          # a folder on the path is a link leading out of the workflow's folder
+        shutil_tree = project / "data" / "sdcmicro"
+        for p in shutil_tree.iterdir():
+            p.unlink()
+        shutil_tree.rmdir()
+        shutil_tree.symlink_to(outside)
+        expect = "data/sdcmicro/CASCrefmicrodata.csv (under {}) leads out of"
+    runs = _spy_runs(monkeypatch)
+    code, result = verify(cli, rel, "--rerun", "--sources", project)
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith("source census: " + expect.format(project.resolve())) for f in bad), bad
+    assert any(f.startswith("re-run: not attempted: a source or a file the workflow reads differs") for f in bad), bad
+    assert runs == [] and list(scratch_root.iterdir()) == []
+
+
+def test_rerun_hashes_a_source_before_copying_it(cli, project, scratch_root, monkeypatch):
+    """A source whose sha256 does not match is never copied into the scratch folder; a match is
+    hashed again as copied."""
+    from anonflow_std import release as release_mod
+
+    rel = released(cli, project)
+    src = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
+    src.write_bytes(src.read_bytes() + b"1,2,3\n" * 1000)
+    opened = []
+    real_open = os.open
+
+    def spy(path, flags, *args, **kwargs):
+        if str(path).startswith(str(scratch_root)) and flags & os.O_CREAT:
+            opened.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(release_mod.os, "open", spy)
+    code, result = verify(cli, rel, "--rerun")
+    assert code == 1
+    assert any(f.startswith("source census: data/sdcmicro/CASCrefmicrodata.csv has changed") for f in failures(result))
+    assert not any(p.endswith("CASCrefmicrodata.csv") for p in opened), opened
+    assert list(scratch_root.iterdir()) == []
+
+
+def _one_anonymous(rel: Path) -> int:
+    """Make the first published record unique in published.parquet and .csv (metadata kept);
+    return the number of classes of the published QI values now."""
+    from anonflow_std.release import write_csv, write_parquet
+
+    from .conftest import CENSUS_QI
+
+    path = rel / "published.parquet"
+    table = pq.read_table(path)
+    meta = table.schema.metadata
+    col = table.column("AFNLWGT").to_pylist()
+    col[0] = type(col[0])(123456789)
+    table = table.set_column(table.column_names.index("AFNLWGT"), "AFNLWGT",
+                             pa.array(col, table.schema.field("AFNLWGT").type))
+    write_parquet(path, table, meta, "zstd")
+    write_csv(rel / "published.csv", table.replace_schema_metadata(None))
+    return table.group_by(CENSUS_QI).aggregate([([], "count_all")]).num_rows
+
+
+@pytest.mark.parametrize("variant", ["no-checks", "check-params-k1", "evaluate-step-k1"])
+def test_verify_derives_the_checks_from_the_claims(cli, project, variant):
+    """Published data made 1-anonymous, release.claims still k = 5: whatever the manifest lists
+    as its checks, verify runs what the claims call for, with the claimed parameters."""
+    rel = released(cli, project)
+    classes = _one_anonymous(rel)
+    k1 = {"k-anonymity": 1.0, "k-anonymity.classes": float(classes), "k-anonymity.holds": 1.0,
+          "k-anonymity.k": 1.0, "k-anonymity.violating_classes": 0.0}
+
+    def edit(m):
+        assert m["release"]["claims"] == {"k-anonymity": {"k": 5}}
+        if variant == "no-checks":
+            m["checks"] = []
+            return
+        m["checks"][0]["params"] = {"by": None, "k": 1}
+        m["checks"][0]["result"] = k1
+        if variant == "evaluate-step-k1":
+            scores = next(s for s in m["steps"] if s["step"] == "scores")
+            scores["params"]["metrics"] = ["sse-il", {"k-anonymity": {"k": 1}}]
+
+    forge(rel, edit)
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    if variant == "evaluate-step-k1":       # the list is what the (edited) evaluate step asks for ...
+        assert not any(f.startswith("manifest field checks") for f in bad), bad
+        assert any(f.startswith("claimed model k-anonymity (k=5, release.claims): does not hold on the published "
+                                "files: k-anonymity = 1.0") for f in bad), bad   # ... but the claim is k = 5
+    else:
+        assert any(f.startswith("manifest field checks: records ") and "call for k-anonymity (default parameters, which "
+                                "read the claims; evaluate step scores)" in f for f in bad), bad
+        assert any(f.startswith("privacy check k-anonymity") and "does not hold on the published files: k-anonymity "
+                                "= 1.0" in f and "k-anonymity.k = 5.0" in f for f in bad), bad
+    res = cli("verify", rel)
+    assert res.exit_code == 1 and "does NOT verify" in res.output
+
+
+def test_verify_applies_the_evaluate_steps_thresholds_to_the_published_files(cli, project):
+    """Claims lowered to k = 1 along with the checks: the evaluate step's threshold still holds the line."""
+    wf = census_workflow(project, extra=RELEASE)
+    wf.write_text(wf.read_text().replace("with: {metrics: [sse-il, k-anonymity]}",
+                                         "with: {metrics: [sse-il, k-anonymity], thresholds: {k-anonymity: {min: 5}}}"))
+    run_json(cli, wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
+    rel = project / "out" / "release"
+    assert verify(cli, rel)[0] == 0
+    classes = _one_anonymous(rel)
+
+    def edit(m):
+        m["release"]["claims"] = {"k-anonymity": {"k": 1}}
+        m["checks"][0]["result"] = {"k-anonymity": 1.0, "k-anonymity.classes": float(classes),
+                                    "k-anonymity.holds": 1.0, "k-anonymity.k": 1.0,
+                                    "k-anonymity.violating_classes": 0.0}
+
+    forge(rel, edit)
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    assert bad == ["privacy check k-anonymity (manifest checks[0]): k-anonymity = 1.0 on the published files misses "
+                   "the threshold {\"min\": 5} of evaluate step scores"], bad
+
+
+@pytest.mark.parametrize("entry", ["report.html", "manifest.sig", "manifest.json", "unlisted", "fifo", "folder"])
+def test_verify_opens_only_regular_files_of_a_release(cli, project, tmp_path, entry, monkeypatch):
+    from anonflow_std import release as release_mod
+
+    if entry == "manifest.sig":
+        rel, _ = signed_release(cli, project)
+    else:
+        rel = released(cli, project)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the release's\n")
+    expect: str
+    if entry == "report.html":          # a symlink whose target's digest the forger records
+        (rel / "report.html").unlink()
+        (rel / "report.html").symlink_to(outside)
+        forge(rel, lambda m: None)
+        expect = "file report.html: is a symbolic link, not a regular file: not opened"
+    elif entry == "manifest.sig":
+        sig = tmp_path / "manifest.sig"
+        sig.write_bytes((rel / "manifest.sig").read_bytes())
+        (rel / "manifest.sig").unlink()
+        (rel / "manifest.sig").symlink_to(sig)
+        expect = "signature: manifest.sig is a symbolic link, not a regular file: not opened"
+    elif entry == "manifest.json":
+        moved = tmp_path / "manifest.json"
+        moved.write_bytes((rel / "manifest.json").read_bytes())
+        (rel / "manifest.json").unlink()
+        (rel / "manifest.json").symlink_to(moved)
+        expect = "file manifest.json: is a symbolic link, not a regular file: not opened"
+    elif entry == "unlisted":
+        (rel / "notes.txt").symlink_to(outside)
+        expect = "file notes.txt: is a symbolic link, not a regular file: not opened"
+    elif entry == "fifo":
+        os.mkfifo(rel / "pipe")
+        expect = "file pipe: is a FIFO, not a regular file: not opened"
+    else:
+        (rel / "sub").mkdir()
+        expect = "file sub: is a directory, not a regular file: not opened"
+    hashed = []
+    real = release_mod.regular_sha256
+    monkeypatch.setattr(release_mod, "regular_sha256", lambda p: hashed.append(Path(p).name) or real(p))
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith(expect) for f in bad), bad
+    assert outside.name not in hashed and "report.html" not in (hashed if entry == "report.html" else [])
+
+
+TERM_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from anonflow import runner
+
+    def slow(self, spec, **kwargs):
+        Path(sys.argv[2]).write_text(str(spec.path))   # the scratch copy is in place: tell the test, then hang
+        time.sleep(300)
+
+    runner.Runner.run = slow
+    from anonflow.cli import main
+    main(["verify", sys.argv[1], "--rerun"])
+""")
+
+
+def test_a_verify_ended_by_sigterm_removes_its_scratch_folder(cli, project, tmp_path):
+    rel = released(cli, project)
+    scratch, flag = tmp_path / "scratch", tmp_path / "running"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    proc = subprocess.Popen([sys.executable, "-c", TERM_SCRIPT, str(rel), str(flag)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the re-run never started"
+            time.sleep(0.05)
+        (folder,) = scratch.glob("anonflow-verify-*")
+        assert (folder / "workflow" / "data" / "sdcmicro" / "CASCrefmicrodata.csv").is_file()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, proc.communicate()
+    assert list(scratch.glob("anonflow-verify-*")) == []
+
+
+@pytest.mark.parametrize("case", ["public-key", "missing", "link-outside"])
+def test_a_bad_signing_key_fails_when_the_workflow_is_validated(cli, project, tmp_path, case):
+    """Before any step runs: the parquet publish step (which runs before the release) writes nothing."""
+    (project / "keys").mkdir()
+    if case == "public-key":            # the .pub file given as the private key
+        keygen(cli, tmp_path / "k")
+        (project / "keys" / "release.key").write_bytes((tmp_path / "k.pub").read_bytes())
+        message = "is not a PEM private key"
+    elif case == "link-outside":        # a link inside the workflow's folder to a key outside it
+        outside = tmp_path.parent / f"{tmp_path.name}-keys"
+        outside.mkdir()
+        keygen(cli, outside / "k")
+        (project / "keys" / "release.key").symlink_to(outside / "k")
+        message = "leads out of the workflow's folder"
+    else:
+        message = "not found"
+    wf = census_workflow(project, extra=SIGNED)
+    res = cli("run", wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
+    assert res.exit_code == 2, res.output
+    assert "release: " in res.output and message in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    assert not (project / "out").exists()
+
+
+def test_release_check_loads_the_signing_key_only_with_the_workflow_folder(project):
+    from anonflow.errors import InputError
+    from anonflow_std.release import Release
+
+    params = {"path": "release", "layout": "table", "name": "published", "sensitive": None,
+              "class_column": "class_id", "count_column": "count", "compression": "zstd", "sign": "keys/none.key"}
+    Release().check(params)                              # no folder: nothing path-related
+    with pytest.raises(InputError, match=r"^release: signing key .*none.key not found$"):
+        Release().check(params, workflow_dir=project)
+
+
+@pytest.mark.parametrize("publisher,param,name", [("release", "class_column", "=1+2"),
+                                                  ("release", "count_column", "@cnt"),
+                                                  ("lossy-join", "count_column", "+x"),
+                                                  ("lossy-join", "class_column", "-id"),
+                                                  ("lossy-join", "class_column", "\tid")])
+def test_formula_like_column_names_of_a_publisher_are_refused(cli, tmp_path, publisher, param, name):
+    wf = formula_project(tmp_path)
+    text = wf.read_text()
+    text = text.replace("with: {publisher: release, path: release, layout: lossy-join}" if publisher == "release" else
+                        "with: {publisher: lossy-join, path: pair, format: csv}",
+                        ("with: {publisher: release, path: release, layout: lossy-join, " if publisher == "release"
+                         else "with: {publisher: lossy-join, path: pair, format: csv, ") + f"{param}: {json.dumps(name)}}}")
+    assert json.dumps(name) in text
+    wf.write_text(text)
+    res = cli("run", wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    assert f"{publisher}: {param} {name!r} begins with {name[0]!r}" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "o").exists()

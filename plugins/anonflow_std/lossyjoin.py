@@ -98,6 +98,19 @@ def k_sentence(ks: Mapping[str, float | None]) -> str:
             f"(its k as an attacker sees it; {n(ks['qi_table_unique_records'])} record(s) have a unique QI tuple)")
 
 
+#: first characters that make a spreadsheet read a cell as a formula (OWASP: CSV injection)
+HEADER_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def check_header_name(publisher: str, param: str, value: Any) -> None:
+    """A column name a publisher makes up (``class_column``, ``count_column``) becomes a CSV
+    header cell, which is not escaped: refuse one a spreadsheet would run as a formula."""
+    if isinstance(value, str) and value.startswith(HEADER_FORMULA_STARTS):
+        raise InputError(f"{publisher}: {param} {value!r} begins with {value[0]!r}, so a spreadsheet opening the "
+                         "published CSV would run its header cell as a formula; choose a name that begins with a "
+                         "letter or digit")
+
+
 class LossyJoin(Publisher):
     name = "lossy-join"
     version = __version__
@@ -124,8 +137,16 @@ class LossyJoin(Publisher):
             raise InputError("lossy-join: give 'path' or 'qi_path' and 'sa_path', not both")
         if not prefix and (params["qi_path"] is None or params["sa_path"] is None):
             raise InputError("lossy-join needs either 'path' (a file prefix) or both 'qi_path' and 'sa_path'")
+        for param in ("class_column", "count_column"):
+            check_header_name(self.name, param, params[param])
         if params["class_column"] == params["count_column"]:
             raise InputError("lossy-join: class_column and count_column must differ")
+
+    def output_files(self, params: Mapping[str, Any]) -> list[str]:
+        if params.get("path") is not None:
+            ext = "parquet" if params.get("format", "parquet") == "parquet" else "csv"
+            return [f"{params['path']}-qi.{ext}", f"{params['path']}-sa.{ext}"]
+        return [p for p in (params.get("qi_path"), params.get("sa_path")) if isinstance(p, str)]
 
     def paths(self, params: Mapping[str, Any], ctx: StepContext) -> tuple[Path, Path]:
         if params["path"] is not None:

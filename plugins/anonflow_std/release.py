@@ -20,22 +20,29 @@ absolute paths: the same workflow, data and seed give the same bytes on any mach
 The directory is written next to its target under a temporary name and renamed into place;
 a failure leaves no release (an existing one is replaced only on success).
 
-:func:`verify` re-hashes the files, re-runs the checks on the published files alone and,
-with ``rerun``, re-runs the recorded workflow and compares every hash.
+:func:`verify` opens only regular files of the release, re-hashes them, derives the privacy
+checks from what the release claims and runs them on the published files alone and, with
+``rerun``, re-runs the recorded workflow (confined to a scratch folder) and compares every hash.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import base64
+import contextlib
+import dataclasses
+import errno
+import hashlib
+import io
 import json
 import math
 import os
 import posixpath
 import re
 import shutil
+import signal
+import stat
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -51,7 +58,7 @@ from anonflow.api import (CLASS, ROW, InputError, Output, Param, Publisher, RunE
 from . import __version__
 from . import report as report_mod
 from .alphak import pair_consistency_sql, sensitive_column
-from .lossyjoin import K_MEANING, k_figures, split_tables
+from .lossyjoin import K_MEANING, check_header_name, k_figures, split_tables
 from .publishers import csv_columns
 
 SCHEMA_VERSION = 1
@@ -246,14 +253,65 @@ def swap_into_place(tmp: Path, target: Path) -> None:
 # -- reading a release back -----------------------------------------------------------------
 
 
+def not_regular(path: Path) -> str | None:
+    """Why ``path`` is not a plain regular file, without following a symbolic link (``is a
+    symbolic link``, ``is a directory``, ``is a FIFO``, ...), or None when it is one.
+    ``does not exist`` when there is nothing there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be examined: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else
+            "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    return f"is {kind}, not a regular file"
+
+
+def open_regular(path: Path, dir_fd: int | None = None) -> int:
+    """A read-only descriptor of the regular file ``path``, refusing a symbolic link (not
+    followed), a FIFO (not waited on), a device or a directory with an ``OSError``."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, dir_fd=dir_fd) if dir_fd is not None else os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "is a symbolic link, not a regular file") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def regular_sha256(path: Path) -> str:
+    """sha256 of the regular file ``path`` (see :func:`open_regular`), streamed."""
+    h = hashlib.sha256()
+    with os.fdopen(open_regular(path), "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def load_manifest(release: Path) -> dict[str, Any]:
     path = release / MANIFEST
     if not release.is_dir():
         raise InputError(f"{release} is not a directory (expected a release directory)")
+    why = not_regular(path)
+    if why == "does not exist":
+        raise InputError(f"{release} holds no {MANIFEST}: not an anonflow release")
+    if why is not None:
+        raise InputError(f"{path} {why}: not opened (a release's files are regular files)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{release} holds no {MANIFEST}: not an anonflow release") from None
+        with os.fdopen(open_regular(path), "rb") as fh:
+            data = json.loads(fh.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path} cannot be read as JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != "anonflow-release":
@@ -266,6 +324,18 @@ def _file(manifest: Mapping[str, Any], role: str, fmt: str = "parquet") -> dict[
         if f.get("role") == role and f.get("format") == fmt:
             return f
     raise InputError(f"the manifest lists no {fmt} file with role {role!r}")
+
+
+def read_parquet(release: Path, entry: Mapping[str, Any]) -> pa.Table:
+    """The Parquet file a manifest entry names: a plain name in the release, a regular file
+    (never a symbolic link or anything else followed out of the release)."""
+    name = entry.get("path")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InputError(f"manifest file path {name!r} is not a plain file name in the release")
+    why = not_regular(release / name)
+    if why is not None:
+        raise InputError(f"{name} {why}: not opened")
+    return pq.read_table(release / name)
 
 
 def _typing_of(data: pa.Table, manifest: Mapping[str, Any], where: str) -> Typing:
@@ -292,13 +362,13 @@ def load_release_table(release: Path, manifest: Mapping[str, Any]) -> TypedTable
     claims = rel.get("claims") or {}
     if rel["layout"] == "table":
         f = _file(manifest, "table")
-        data = pq.read_table(release / f["path"])
+        data = read_parquet(release, f)
         typing = _typing_of(data, manifest, f["path"])
         data = data.replace_schema_metadata(None)
     else:
         fq, fs = _file(manifest, "qi"), _file(manifest, "sa")
-        qi = pq.read_table(release / fq["path"])
-        sa = pq.read_table(release / fs["path"])
+        qi = read_parquet(release, fq)
+        sa = read_parquet(release, fs)
         typing = _typing_of(qi, manifest, fq["path"])
         info = json.loads((qi.schema.metadata or {}).get(_LOSSY_KEY.encode(), b"{}"))
         cls_col, s, cnt = info.get("class_column"), info.get("sensitive"), info.get("count_column")
@@ -338,7 +408,7 @@ def run_file_checks(release: Path, manifest: Mapping[str, Any], checks: list[dic
     rel = manifest["release"]
     if rel["layout"] == "lossy-join":
         fq, fs = _file(manifest, "qi"), _file(manifest, "sa")
-        qi, sa = pq.read_table(release / fq["path"]), pq.read_table(release / fs["path"])
+        qi, sa = read_parquet(release, fq), read_parquet(release, fs)
         info = json.loads((qi.schema.metadata or {}).get(_LOSSY_KEY.encode(), b"{}"))
         bad = sql(pair_consistency_sql(info["class_column"], info["count_column"]), qi=qi, sa=sa).to_pylist()[0]["bad"]
         out.append({"check": "lossy-join-consistency",
@@ -400,6 +470,28 @@ def load_private_key(path: Path) -> Any:
     if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise InputError(f"signing key {path} is not an Ed25519 key (anonflow keygen writes one)")
     return key
+
+
+def signing_key(workflow_dir: Path, sign: str) -> Any:
+    """The release publisher's ``sign`` key: ``sign`` resolved against the workflow's folder,
+    which it must stay inside (symbolic links resolved), loaded and checked as an Ed25519
+    private key; every problem is one ``release: ...`` InputError line."""
+    rel = _inside(sign)
+    base = Path(os.path.realpath(workflow_dir))
+    if rel is None:
+        raise InputError(f"release: 'sign' must be a key file inside the workflow's folder, given relative to it "
+                         f"(no absolute path, no '..'), got {sign!r}")
+    path = Path(os.path.realpath(base / rel))
+    if path != base and base not in path.parents:
+        raise InputError(f"release: 'sign' {sign!r} leads out of the workflow's folder {base} (through a symbolic "
+                         f"link, to {path}); keep the key file inside it")
+    why = not_regular(path)
+    if why is not None and why != "does not exist":
+        raise InputError(f"release: signing key {path} {why}")
+    try:
+        return load_private_key(path)
+    except InputError as exc:
+        raise InputError(f"release: {exc.message}") from None
 
 
 def load_public_key(path: Path) -> Any:
@@ -498,7 +590,11 @@ class Release(Publisher):
                    "(manifest.sig); the manifest records the public key's sha256, never the key or its path"),
     )
 
-    def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **_: Any) -> None:
+    def check(self, params: Mapping[str, Any], table: TypedTable | None = None, workflow_dir: Path | None = None,
+              **_: Any) -> None:
+        """What can be told without the table; with ``workflow_dir`` (the engine passes it when
+        the workflow is validated) the signing key is also resolved and loaded, so that a bad
+        key fails before any step runs."""
         if os.path.isabs(params["path"]):
             raise InputError(f"release: 'path' must be relative (to --out-dir or the workflow's folder), got "
                              f"{params['path']!r}: a release is re-run into a scratch folder by 'anonflow verify --rerun'")
@@ -508,8 +604,12 @@ class Release(Publisher):
                              "the workflow in a scratch folder")
         if not _NAME.match(params["name"]):
             raise InputError(f"release: 'name' must be a plain file name stem, got {params['name']!r}")
+        for param in ("class_column", "count_column"):
+            check_header_name(self.name, param, params.get(param))
         if params["class_column"] == params["count_column"]:
             raise InputError("release: class_column and count_column must differ")
+        if workflow_dir is not None and params.get("sign") is not None:
+            signing_key(Path(workflow_dir), params["sign"])
 
     # -- publish ------------------------------------------------------------------------
 
@@ -519,7 +619,7 @@ class Release(Publisher):
         self.check(params)
         info = ctx.run_info()
         registry = get_registry()
-        key = load_private_key(info.workflow_dir / params["sign"]) if params.get("sign") is not None else None
+        key = signing_key(info.workflow_dir, params["sign"]) if params.get("sign") is not None else None
         target = ctx.resolve_output(params["path"])
         if target.exists() and not (target / MANIFEST).is_file():
             raise InputError(f"release path {params['path']!r} ({target}) exists and is not a release (no {MANIFEST}); "
@@ -609,13 +709,15 @@ class Release(Publisher):
             "metrics": self._metrics(info),
         }
         planned = report_mod.planned_checks(info, released, table.claims, registry)
-        checks = run_file_checks(out, manifest, planned, registry, ctx.sql)
-        failing = [c for c in checks if c["holds"] is False]
+        extra, _ = claim_checks(table.claims, planned, registry)  # what 'anonflow verify' also runs
+        checks = run_file_checks(out, manifest, planned + extra, registry, ctx.sql)
+        failing = [f"{'claimed ' if c.get('claim') else ''}{c['check']} ("
+                   + ", ".join(f"{k} = {v:g}" for k, v in c["result"].items() if v is not None) + ")"
+                   for c in checks if c["holds"] is False]
+        failing += [m for c in checks if not c.get("claim") for m in threshold_misses(c, manifest["steps"])]
         if failing:
-            raise RunError("release: privacy check(s) do not hold on the published files: " + "; ".join(
-                f"{c['check']} ({', '.join(f'{k} = {v:g}' for k, v in c['result'].items() if v is not None)})"
-                for c in failing))
-        manifest["checks"] = plain(checks)
+            raise RunError("release: privacy check(s) do not hold on the published files: " + "; ".join(failing))
+        manifest["checks"] = plain([c for c in checks if not c.get("claim")])
         manifest["sweep"] = plain(report_mod.sweep(info, registry))
         html = report_mod.render(info, registry)
         (out / REPORT).write_text(html, encoding="utf-8")
@@ -774,10 +876,14 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
            registry: Any = None, key: Path | None = None) -> dict[str, Any]:
     """Check a release directory; return ``{"release", "ok", "signature", "findings": [{ok, what, detail}]}``.
 
+    0. every entry of the directory is a regular file (no symbolic link, FIFO, device or
+       folder is ever opened), ``manifest.json`` and ``manifest.sig`` included;
     1. the manifest's field digests, the workflow text's sha256 and every file's sha256 and rows;
        each CSV file against its Parquet partner, cell by cell; metric verdicts against their
        thresholds; no missing or unexpected file; the signature (with ``key``, a public key file);
-    2. the privacy checks, re-run on the published files alone through the registry;
+    2. the privacy checks, derived from what the release claims (:func:`derive_checks`,
+       :func:`claim_checks`) and run on the published files alone through the registry; the
+       manifest's check list must be exactly the derived one;
     3. with ``rerun``: the recorded workflow re-run, confined to a scratch folder holding copies
        of the recorded files only (see :func:`_rerun`), and every manifest field and file compared.
     """
@@ -786,9 +892,13 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
 
     release = Path(release)
     registry = registry or get_registry()
+    f = Findings()
+    why = not_regular(release / MANIFEST) if release.is_dir() else None
+    if why is not None and why != "does not exist":
+        f.add(False, f"file {MANIFEST}", f"{why}: not opened (a release holds only regular files)")
+        return {"release": str(release), "ok": False, "signature": None, "findings": f.items}
     manifest = load_manifest(release)
     public_key = load_public_key(Path(key)) if key is not None else None
-    f = Findings()
     if manifest.get("schema_version") != SCHEMA_VERSION:
         f.add(False, "manifest field schema_version",
               f"is {manifest.get('schema_version')!r}; this anonflow reads version {SCHEMA_VERSION}")
@@ -822,16 +932,25 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
     listed = set()
     intact: dict[str, dict[str, Any]] = {}
     for i, entry in enumerate(manifest.get("files") or []):
-        name = entry.get("path", "")
-        listed.add(name)
-        if not isinstance(name, str) or not _NAME.match(name):
+        name = entry.get("path", "") if isinstance(entry, dict) else None
+        if isinstance(name, str):
+            listed.add(name)
+        if not isinstance(name, str) or not _NAME.match(name) or name in (MANIFEST, SIGNATURE):
             f.add(False, f"file {name!r}", f"manifest files[{i}].path is not a plain file name in the release")
             continue
         path = release / name
-        if not path.is_file():
+        why = not_regular(path)
+        if why == "does not exist":
             f.add(False, f"file {name}", f"is missing (manifest files[{i}])")
             continue
-        digest = file_sha256(path)
+        if why is not None:
+            f.add(False, f"file {name}", f"{why}: not opened (a release holds only regular files)")
+            continue
+        try:
+            digest = regular_sha256(path)
+        except OSError as exc:
+            f.add(False, f"file {name}", f"cannot be read: {exc.strerror or exc}")
+            continue
         if digest != entry.get("sha256"):
             f.add(False, f"file {name}", f"sha256 {_short(digest)} differs from manifest files[{i}].sha256 "
                                          f"{_short(entry.get('sha256'))}: the file was changed")
@@ -847,8 +966,11 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
             f.add(True, f"file {name}", "sha256 and rows match the manifest")
             intact[name] = entry
     for path in sorted(release.iterdir()):
-        if path.name not in listed and path.name != MANIFEST and not (path.name == SIGNATURE and path.is_file()):
-            f.add(False, f"file {path.name}", "is not listed in the manifest")
+        if path.name in (MANIFEST, SIGNATURE) or path.name in listed:
+            continue  # the manifest above, the signature in its own finding, listed files in theirs
+        why = not_regular(path)
+        f.add(False, f"file {path.name}", "is not listed in the manifest" if why is None else
+              f"{why}: not opened (a release holds only regular files), and it is not listed in the manifest")
     # every CSV holds exactly the records of its Parquet partner (so the checks below, run on
     # the Parquet files, hold for the CSV files as well)
     for name, entry in intact.items():
@@ -860,7 +982,7 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
             f.add(False, f"file {name}", f"has no Parquet partner with role {entry.get('role')!r} in the manifest")
             continue
         try:
-            diff = csv_difference(release / name, pq.read_table(release / partner["path"]))
+            diff = csv_difference(release / name, read_parquet(release, partner))
         except Exception as exc:
             diff = f"cannot be compared with {partner['path']}: {type(exc).__name__}: {exc}"
         f.add(diff is None, f"file {name}", f"holds exactly the records of {partner['path']} (header, rows and every "
@@ -873,68 +995,10 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
                   f"{m.get('step')}.{m.get('name')} = {m.get('value')!r} with threshold {m.get('threshold')!r} "
                   f"{'passes' if expect else 'fails'}, but the manifest records passed = {m.get('passed')!r}")
 
-    # 2. the privacy checks on the published files alone
-    lossy = (manifest.get("release") or {}).get("layout") == "lossy-join"
+    # 2. the privacy checks the release's claims call for, on the published files alone
     scratch = Store(":memory:")
     try:
-        recorded_checks = manifest.get("checks") or []
-        try:
-            plan = [{k: v for k, v in c.items() if k not in ("result", "holds")} for c in recorded_checks
-                    if c.get("check") not in BUILTIN_CHECKS]
-            for c in plan:
-                if c["recheck"] and not registry.has("metric", c["check"]):
-                    raise InputError(f"check plugin {c['check']!r} is not installed")
-            again = run_file_checks(release, manifest, plan, registry,
-                                    lambda q, params=None, **t: scratch.sql(q, params, **t))
-        except Exception as exc:
-            f.add(False, "privacy checks", f"cannot be re-run on the published files: {type(exc).__name__}: {exc}")
-            again = None
-        if again is not None and not any(c.get("check") == "lossy-join-k" for c in recorded_checks):
-            # a release written before the k figures were recorded: show them, compare the rest
-            from .lossyjoin import k_sentence
-
-            for c in [c for c in again if c["check"] == "lossy-join-k"]:
-                f.add(True, "lossy-join k figures", "not recorded in this release's manifest; from the published "
-                                                    "files: " + k_sentence(c["result"]), show=True)
-            again = [c for c in again if c["check"] != "lossy-join-k"]
-        if again is not None:
-            if len(again) != len(recorded_checks):
-                f.add(False, "manifest field checks", f"lists {len(recorded_checks)} checks; the published files "
-                                                      f"call for {len(again)}")
-            for i, (old, new) in enumerate(zip(recorded_checks, again)):
-                label = f"privacy check {new['check']} (manifest checks[{i}])"
-                if old.get("check") != new["check"]:
-                    f.add(False, label, f"the manifest records {old.get('check')!r} here")
-                    continue
-                if new["holds"] is None and not new["recheck"]:
-                    f.add(True, label, "needs the original table; not re-checked on the published files")
-                    continue
-                diffs = [k for k in sorted(set(old.get("result") or {}) | set(new["result"] or {}))
-                         if not _same((old.get("result") or {}).get(k), (new["result"] or {}).get(k))]
-                scope = ""
-                by = (new.get("params") or {}).get("by") or (((manifest.get("release") or {}).get("claims") or {})
-                                                            .get("k-anonymity") or {}).get("by")
-                if lossy and new["check"] == "k-anonymity" and by == "class":
-                    scope = ": k-anonymity of the classes (records per class id), not of the QI values"
-                if new["holds"] is False:
-                    f.add(False, label, "does not hold on the published files: " + ", ".join(
-                        f"{k} = {v}" for k, v in (new["result"] or {}).items()))
-                elif diffs or old.get("holds") is not new["holds"]:
-                    f.add(False, label, "the published files give another result than the recorded one: " + "; ".join(
-                        [f"{k}: recorded {(old.get('result') or {}).get(k)!r}, now {(new['result'] or {}).get(k)!r}"
-                         for k in diffs] + ([] if old.get("holds") is new["holds"] else
-                                            [f"holds: recorded {old.get('holds')!r}, now {new['holds']!r}"])))
-                elif new["check"] == "lossy-join-k":
-                    from .lossyjoin import k_sentence
-
-                    f.add(True, label, "measures only, and the published files give the recorded figures: "
-                                       + k_sentence(new["result"]), show=True)
-                elif new["holds"] is None:
-                    f.add(True, label, f"no model parameter to check against (it measures only); the published files "
-                                       f"give the recorded values ({_params_text(new['params'])})")
-                else:
-                    f.add(True, label, f"holds on the published files ({_params_text(new['params'])}){scope}",
-                          show=bool(scope))
+        _verify_checks(release, manifest, registry, f, lambda q, params=None, **t: scratch.sql(q, params, **t))
     finally:
         scratch.close()
 
@@ -948,13 +1012,246 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
 BUILTIN_CHECKS = ("lossy-join-consistency", "lossy-join-k")
 
 
+def derive_checks(manifest: Mapping[str, Any], registry: Any) -> list[dict[str, Any]]:
+    """The privacy checks a release must record, derived from its manifest as the publisher
+    derives them from the run (:func:`report.planned_checks`): each privacy metric of an
+    evaluate step (manifest ``steps``) whose anonymized input is the released table
+    (``release.input.hash``), with that step's parameters, then each model in
+    ``release.claims`` that no evaluate step checked, with default parameters (which read the
+    claim). Never the manifest's own ``checks``."""
+    import types
+
+    rel = manifest.get("release") or {}
+    claims = rel.get("claims") if rel.get("claims") is not None else {}
+    if not isinstance(claims, Mapping):
+        raise InputError(f"release.claims is not a mapping of model -> parameters: {_show(claims)}")
+    steps = manifest.get("steps") or []
+    if not isinstance(steps, list) or not all(isinstance(s, Mapping) for s in steps):
+        raise InputError("manifest field steps is not a list of steps")
+    released = {"output_hash": (rel.get("input") or {}).get("hash")}
+    return report_mod.planned_checks(types.SimpleNamespace(steps=steps), released, claims, registry)
+
+
+def claim_checks(claims: Any, planned: list[dict[str, Any]],
+                 registry: Any) -> tuple[list[dict[str, Any]], list[tuple[bool, str, str]]]:
+    """What ``claims`` (the released table's claimed models) call for beyond ``planned``:
+    each claimed privacy model checked with its **claimed parameters** (those the check
+    plugin declares), unless a planned check of that model runs with default parameters
+    (which read the claim). Returns ``(checks, notes)``: the checks (``claim: True``) and
+    ``(ok, what, detail)`` for claims that cannot be checked on the published files: a model
+    with no installed check plugin, or invalid claimed parameters (not ok); a model whose
+    check needs the original table (ok, said)."""
+    from anonflow.params import ParamError, validate_params
+
+    checks: list[dict[str, Any]] = []
+    notes: list[tuple[bool, str, str]] = []
+    if not isinstance(claims, Mapping):
+        return checks, [(False, "manifest field release.claims", f"is not a mapping of model -> parameters: "
+                                                                f"{_show(claims)}")]
+    for name in sorted(claims):
+        given, what = claims[name], f"claimed model {name}"
+        if not isinstance(given, Mapping):
+            notes.append((False, what, f"release.claims.{name} is not a mapping of parameters: {_show(given)}"))
+            continue
+        if not registry.has("metric", name):
+            notes.append((False, what, "no installed check plugin of that name: the claim cannot be checked on the "
+                                       "published files"))
+            continue
+        reg = registry.get("metric", name)
+        if reg.obj.category != "privacy" or reg.obj.requires_original:
+            notes.append((True, what, "not checked on the published files: " + (
+                "its check needs the original table" if reg.obj.requires_original else
+                f"the plugin of that name is a {reg.obj.category} metric, not a privacy check")))
+            continue
+        try:
+            defaults = validate_params(reg.obj.params, {})
+        except ParamError:
+            defaults = None
+        reads_claim = defaults is not None and any(
+            c["check"] == name and canonical(plain(c["params"])) == canonical(plain(defaults)) for c in planned)
+        if reads_claim:
+            continue  # a planned check reads the claim
+        declared = {p.name for p in reg.obj.params}
+        try:
+            params = validate_params(reg.obj.params,
+                                     {k: v for k, v in given.items() if k in declared and v is not None})
+        except ParamError as exc:
+            notes.append((False, what, f"its claimed parameters are not valid for the check: {exc}"))
+            continue
+        checks.append({"check": name, "params": params, "evaluated": None,
+                       "plugin": {"distribution": reg.distribution, "version": reg.version}, "recheck": True,
+                       "claim": True})
+    return checks, notes
+
+
+def threshold_misses(check: Mapping[str, Any], steps: Any) -> list[str]:
+    """The thresholds of the evaluate step that planned ``check`` (``evaluated``) on the
+    check's values, that its ``result`` (on the published files) misses."""
+    where = check.get("evaluated")
+    if where is None or not isinstance(steps, list) or check.get("result") is None:
+        return []
+    step = next((s for s in steps if isinstance(s, Mapping) and s.get("step") == where
+                 and s.get("kind") == "evaluate"), None)
+    thresholds = ((step or {}).get("params") or {}).get("thresholds") or {}
+    name, result, out = check["check"], check.get("result") or {}, []
+    if not isinstance(thresholds, Mapping):
+        return [f"step {where}'s thresholds are not a mapping: {_show(thresholds)}"]
+    for key, bound in sorted(thresholds.items()):
+        if key != name and not str(key).startswith(name + "."):
+            continue
+        value = result.get(key)
+        try:
+            ok = isinstance(bound, Mapping) and bool(bound) and verdict(value, bound, key) is True
+        except TypeError:
+            ok = False
+        if not ok:
+            out.append(f"{key} = {_show(value)} on the published files misses the threshold {_show(bound)} of "
+                       f"evaluate step {where}")
+    return out
+
+
+def _error_text(exc: Exception) -> str:
+    """An anonflow error's own message; another exception's type and text (never a traceback)."""
+    message = getattr(exc, "message", None)
+    return message if isinstance(message, str) else f"{type(exc).__name__}: {exc}"
+
+
+def _check_key(c: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (c.get("check"), canonical(plain(c.get("params"))), c.get("evaluated"), c.get("recheck") is True)
+
+
+def _checks_list(checks: list[Mapping[str, Any]]) -> str:
+    if not checks:
+        return "no check"
+    def params(c: Mapping[str, Any]) -> str:
+        text = _params_text(c.get("params") if isinstance(c.get("params"), Mapping) else {})
+        return "default parameters, which read the claims" if text == "defaults" else text
+
+    return "; ".join(f"{c.get('check')} ({params(c)}"
+                     + (f"; evaluate step {c['evaluated']}" if c.get("evaluated") else "; from the claims") + ")"
+                     for c in checks)
+
+
+def _verify_checks(release: Path, manifest: Mapping[str, Any], registry: Any, f: Findings, sql: Any) -> None:
+    """Step 2 of :func:`verify`: derive the checks, compare the manifest's list with them,
+    run them (and the claimed models with their claimed parameters) on the published files."""
+    rel = manifest.get("release") or {}
+    lossy = rel.get("layout") == "lossy-join"
+    recorded = manifest.get("checks")
+    if not isinstance(recorded, list) or not all(isinstance(c, dict) for c in recorded):
+        f.add(False, "manifest field checks", "is not a list of checks")
+        recorded = [c for c in recorded if isinstance(c, dict)] if isinstance(recorded, list) else []
+    try:
+        derived = derive_checks(manifest, registry)
+    except Exception as exc:
+        f.add(False, "privacy checks", "cannot be derived from the release's claims and evaluate steps: "
+                                       + _error_text(exc))
+        return
+    extra, notes = claim_checks(rel.get("claims") if rel.get("claims") is not None else {}, derived, registry)
+    for ok, what, detail in notes:
+        f.add(ok, what, detail, show=True)
+    rec_plugin = [(i, c) for i, c in enumerate(recorded) if c.get("check") not in BUILTIN_CHECKS]
+    if [_check_key(c) for _, c in rec_plugin] != [_check_key(c) for c in derived]:
+        f.add(False, "manifest field checks", f"records {_checks_list([c for _, c in rec_plugin])}; the release's "
+                                              f"claims (release.claims) and the evaluate steps of its table call for "
+                                              f"{_checks_list(derived)}")
+    try:
+        again = run_file_checks(release, manifest, derived + extra, registry, sql)
+    except Exception as exc:
+        f.add(False, "privacy checks", "cannot be run on the published files: " + _error_text(exc))
+        return
+    # the lossy-join pair's own checks
+    rec_builtin = {c.get("check"): (i, c) for i, c in enumerate(recorded) if c.get("check") in BUILTIN_CHECKS}
+    new_builtin = [c for c in again if c["check"] in BUILTIN_CHECKS]
+    for name in sorted(set(rec_builtin) - {c["check"] for c in new_builtin}):
+        f.add(False, "manifest field checks", f"records {name} (checks[{rec_builtin[name][0]}]), which a "
+                                              f"{rel.get('layout')!r} release does not have")
+    for new in new_builtin:
+        if new["check"] in rec_builtin:
+            _compare_check(f, *rec_builtin[new["check"]], new, lossy, manifest)
+        elif new["check"] == "lossy-join-k":  # written before the k figures were recorded: show them
+            from .lossyjoin import k_sentence
+
+            f.add(True, "lossy-join k figures", "not recorded in this release's manifest; from the published "
+                                                "files: " + k_sentence(new["result"]), show=True)
+        else:
+            f.add(False, "manifest field checks", f"records no {new['check']} check; a lossy-join release does")
+            _compare_check(f, None, None, new, lossy, manifest)
+    # the derived checks, each against the recorded entry with the same check and parameters
+    unmatched = list(rec_plugin)
+    steps = manifest.get("steps")
+    for new in [c for c in again if c["check"] not in BUILTIN_CHECKS and not c.get("claim")]:
+        j = next((n for n, (_, c) in enumerate(unmatched) if _check_key(c) == _check_key(new)), None)
+        i, old = unmatched.pop(j) if j is not None else (None, None)
+        label = _compare_check(f, i, old, new, lossy, manifest)
+        for miss in threshold_misses(new, steps):
+            f.add(False, label, miss)
+    # each claimed model with its claimed parameters
+    for new in [c for c in again if c.get("claim")]:
+        label = f"claimed model {new['check']} ({_params_text(new['params'])}, release.claims)"
+        if new["holds"] is False:
+            f.add(False, label, "does not hold on the published files: " + ", ".join(
+                f"{k} = {v}" for k, v in (new["result"] or {}).items()))
+        elif new["holds"] is None:
+            f.add(True, label, "measures only (no model parameter to hold); checked on the published files")
+        else:
+            f.add(True, label, "holds on the published files")
+
+
+def _compare_check(f: Findings, i: int | None, old: Mapping[str, Any] | None, new: Mapping[str, Any], lossy: bool,
+                   manifest: Mapping[str, Any]) -> str:
+    """One check re-run on the published files against its recorded entry ``old``
+    (``checks[i]``; None when the manifest does not record it); returns its label."""
+    label = (f"privacy check {new['check']} (manifest checks[{i}])" if i is not None else
+             f"privacy check {new['check']} ({_params_text(new['params'])}; not recorded in the manifest)")
+    if new["holds"] is None and not new["recheck"]:
+        f.add(True, label, "needs the original table; not re-checked on the published files")
+        return label
+    old = old or {}
+    diffs = [k for k in sorted(set(old.get("result") or {}) | set(new["result"] or {}))
+             if not _same((old.get("result") or {}).get(k), (new["result"] or {}).get(k))]
+    scope = ""
+    by = (new.get("params") or {}).get("by") or (((manifest.get("release") or {}).get("claims") or {})
+                                                .get("k-anonymity") or {}).get("by")
+    if lossy and new["check"] == "k-anonymity" and by == "class":
+        scope = ": k-anonymity of the classes (records per class id), not of the QI values"
+    if new["holds"] is False:
+        f.add(False, label, "does not hold on the published files: " + ", ".join(
+            f"{k} = {v}" for k, v in (new["result"] or {}).items()))
+    elif i is None:
+        f.add(True, label, f"holds on the published files{scope}" if new["holds"] else
+              "measures only; the published files give " + ", ".join(f"{k} = {v}" for k, v in
+                                                                     (new["result"] or {}).items()))
+    elif diffs or old.get("holds") is not new["holds"]:
+        f.add(False, label, "the published files give another result than the recorded one: " + "; ".join(
+            [f"{k}: recorded {(old.get('result') or {}).get(k)!r}, now {(new['result'] or {}).get(k)!r}"
+             for k in diffs] + ([] if old.get("holds") is new["holds"] else
+                                [f"holds: recorded {old.get('holds')!r}, now {new['holds']!r}"])))
+    elif new["check"] == "lossy-join-k":
+        from .lossyjoin import k_sentence
+
+        f.add(True, label, "measures only, and the published files give the recorded figures: "
+                           + k_sentence(new["result"]), show=True)
+    elif new["holds"] is None:
+        f.add(True, label, f"no model parameter to check against (it measures only); the published files "
+                           f"give the recorded values ({_params_text(new['params'])})")
+    else:
+        f.add(True, label, f"holds on the published files ({_params_text(new['params'])}){scope}",
+              show=bool(scope))
+    return label
+
+
 def _check_signature(release: Path, manifest: Mapping[str, Any], public_key: Any, key_path: Path | None,
                      f: Findings) -> dict[str, Any]:
     """The signature's finding; returns ``{"status", ...}``: ``unsigned``, ``signed-unchecked``
     (signed, no ``--key``), ``valid`` or ``invalid``."""
     sig = manifest.get("signature")
     sig_file = release / SIGNATURE
-    has_file = sig_file.is_file()
+    why = not_regular(sig_file)
+    if why is not None and why != "does not exist":
+        f.add(False, "signature", f"{SIGNATURE} {why}: not opened (a release holds only regular files)")
+        return {"status": "invalid", "reason": "not a regular file"}
+    has_file = why is None
     fp = sig.get("public_key_sha256") if isinstance(sig, dict) else None
     if sig is None and not has_file:
         if public_key is not None:
@@ -974,8 +1271,11 @@ def _check_signature(release: Path, manifest: Mapping[str, Any], public_key: Any
         return {"status": "signed-unchecked", "public_key_sha256": fp}
     given = key_fingerprint(public_key)
     try:
-        raw = base64.b64decode(sig_file.read_bytes().strip(), validate=True)
-        public_key.verify(raw, (release / MANIFEST).read_bytes())
+        with os.fdopen(open_regular(sig_file), "rb") as fh:
+            raw = base64.b64decode(fh.read(1 << 16).strip(), validate=True)
+        with os.fdopen(open_regular(release / MANIFEST), "rb") as fh:
+            signed_bytes = fh.read()
+        public_key.verify(raw, signed_bytes)
         good = True
     except Exception:
         good = False
@@ -997,16 +1297,42 @@ def _params_text(params: Mapping[str, Any]) -> str:
     return report_mod._params_text(params)
 
 
-def sources_base(release: Path, manifest: Mapping[str, Any], given: Path | None) -> Path | None:
-    """The workflow file's folder, against which the sources' recorded paths resolve:
-    ``given``, else the nearest folder above the release holding every source."""
+def sources_base(release: Path, manifest: Mapping[str, Any], given: Path | None) -> tuple[Path | None, str]:
+    """The workflow file's folder, against which the recorded files resolve, and a sentence
+    saying which folder it is and why (or, when there is none, why not).
+
+    ``given`` (``--sources DIR``) is used as it is. Without it exactly one folder is
+    considered: the parent of the output folder, the output folder being the release
+    directory with its recorded path (``release.params.path``) taken off its end, else the
+    release's parent (a release at ``<workflow folder>/out/<path>``, or ``--out-dir DIR``
+    with DIR in the workflow's folder). It is used only if it holds every source with a
+    recorded path as a regular file, and never when it is the filesystem root or the home
+    folder. The output folder itself (which holds published files, perhaps named like a
+    source) and folders further up are never searched."""
     if given is not None:
-        return Path(given).resolve()
-    paths = [s["path"] for s in manifest.get("sources") or [] if s.get("path")]
-    for d in [release.resolve().parent, *release.resolve().parent.parents]:
-        if paths and all((d / p).exists() for p in paths):
-            return d
-    return None
+        base = Path(os.path.realpath(given))
+        if not base.is_dir():
+            return None, f"--sources {given} is not a folder"
+        return base, f"{base} (given with --sources)"
+    paths = [s["path"] for s in manifest.get("sources") or [] if isinstance(s, Mapping) and s.get("path")]
+    rel_path = _inside(((manifest.get("release") or {}).get("params") or {}).get("path"))
+    here = Path(os.path.realpath(release))
+    parts = rel_path.split("/") if rel_path else []
+    out_dir = here.parents[len(parts) - 1] if parts and len(parts) < len(here.parts) and \
+        list(here.parts[-len(parts):]) == parts else here.parent
+    base = out_dir.parent
+    try:
+        home = Path(os.path.realpath(Path.home()))
+    except (RuntimeError, KeyError, OSError):
+        home = None
+    if base == out_dir or base == Path(base.anchor) or base == home:
+        return None, (f"the folder above the output folder {out_dir} is {base}, the filesystem root or the home "
+                      "folder, which is never searched")
+    missing = [p for p in paths if _inside(p) is None or not_regular(base / _inside(p)) is not None]
+    if missing:
+        return None, (f"{base} (the folder above the output folder {out_dir}, the only one searched) does not hold "
+                      + ", ".join(map(str, missing)) + " as regular files")
+    return base, f"{base} (the folder above the output folder {out_dir}; give --sources DIR for another)"
 
 
 def diff_json(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
@@ -1165,23 +1491,110 @@ def _outside_paths(spec: Any) -> list[str]:
     return found
 
 
-def _copy_pinned(src: Path, dst: Path, sha: str, text: bool) -> str:
-    """Copy ``src`` to ``dst`` (a new file), hashing the bytes copied; return their sha256
-    (for ``text``: of the UTF-8 text with universal newlines, as grading files are hashed)."""
+class _Refused(Exception):
+    """A recorded file that a re-run does not read (a symbolic link, not a regular file, ...)."""
+
+
+def _open_under(base: Path, rel: str) -> int:
+    """A read-only descriptor of the regular file ``base/rel``: the folders on its path may be
+    symbolic links only if they stay inside ``base``; the file itself must be a regular file
+    (a symbolic link is not followed, a FIFO not waited on). Raises :class:`_Refused` or
+    ``FileNotFoundError``."""
+    root = os.path.realpath(base)
+    folder = os.path.realpath(os.path.join(root, posixpath.dirname(rel)))
+    if folder != root and not folder.startswith(root.rstrip(os.sep) + os.sep):
+        raise _Refused(f"leads out of {root} (a folder on its path is a symbolic link to {folder})")
+    try:
+        dfd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _Refused(f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        return open_regular(Path(posixpath.basename(rel)), dir_fd=dfd)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _Refused(exc.strerror or str(exc)) from None
+    finally:
+        os.close(dfd)
+
+
+def _stream_sha256(fh: Any, text: bool) -> str:
+    """sha256 of the rest of the binary stream ``fh``, read in blocks (for ``text``: of its
+    UTF-8 text with universal newlines, as grading files are hashed)."""
     h = hashlib.sha256()
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(str(dst), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
-        for block in iter(lambda: fin.read(1 << 20), b""):
-            fout.write(block)
-            if not text:
-                h.update(block)
-    if text:
-        try:
-            return hashlib.sha256(dst.read_text(encoding="utf-8").encode()).hexdigest()
-        except UnicodeDecodeError:
-            return "not UTF-8 text"
+    if not text:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+        return h.hexdigest()
+    reader = io.TextIOWrapper(fh, encoding="utf-8", newline=None)
+    try:
+        for chunk in iter(lambda: reader.read(1 << 20), ""):
+            h.update(chunk.encode())
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    finally:
+        reader.detach()
     return h.hexdigest()
+
+
+def _copy_pinned(base: Path, rel: str, dst: Path, sha: str, text: bool) -> str:
+    """Copy the recorded file ``base/rel`` (see :func:`_open_under`) to ``dst`` (a new file)
+    only if it is the recorded one; return its sha256. The file is hashed first, streamed,
+    without copying anything; on a mismatch nothing is copied. A match is copied from the
+    same descriptor and the copy is hashed again: a file changed or swapped in between leaves
+    no copy and its new digest is returned."""
+    fd = _open_under(base, rel)
+    with os.fdopen(fd, "rb") as fin:
+        digest = _stream_sha256(fin, text)
+        if digest != sha:
+            return digest
+        fin.seek(0)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        out = os.open(str(dst), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            with os.fdopen(out, "wb") as fout:
+                for block in iter(lambda: fin.read(1 << 20), b""):
+                    fout.write(block)
+            with os.fdopen(open_regular(dst), "rb") as copy:
+                again = _stream_sha256(copy, text)
+        except BaseException:
+            dst.unlink(missing_ok=True)
+            raise
+    if again != sha:
+        dst.unlink(missing_ok=True)
+    return again
+
+
+@contextlib.contextmanager
+def _cleanup_on_termination() -> Any:
+    """While the block runs (in the main thread), SIGTERM and SIGHUP raise ``SystemExit``
+    (128 + the signal's number), so that the block's ``finally`` cleanup runs before the
+    process ends; a second signal during the cleanup is ignored. The previous handlers are
+    restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signum, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    previous: dict[int, Any] = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            previous[sig] = signal.signal(sig, stop)
+        except (ValueError, OSError):
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def _unsigned_form(manifest: Mapping[str, Any]) -> bytes:
@@ -1197,10 +1610,18 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
     """Re-run the recorded workflow, confined: the workflow text is loaded from a scratch
     folder (``mkdtemp``, owner-only); its sources must be exactly the manifest's, and every
     file it names (sources, hierarchy files, grading files) must be relative, inside the
-    workflow's folder and match the sha256 the manifest records; each is copied into the
-    scratch folder at the same relative path, and the workflow runs from there into a
-    scratch store (or ``db``) and a scratch output folder, so it cannot see any other file.
-    Anything else is a failed ``re-run: not attempted: ...`` finding, and nothing is run."""
+    workflow's folder (:func:`sources_base`) and match the sha256 the manifest records; each
+    is hashed in place, then copied into the scratch folder at the same relative path (see
+    :func:`_copy_pinned`), and the workflow runs from there into a scratch store (or ``db``)
+    and a scratch output folder, so it cannot see any other file. Anything else is a failed
+    ``re-run: not attempted: ...`` finding, and nothing is run. The scratch folder is removed
+    afterwards, also when verify is ended by SIGTERM or SIGHUP."""
+    with _cleanup_on_termination():
+        _rerun_confined(release, manifest, f, registry, db=db, sources=sources)
+
+
+def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, registry: Any, *, db: Path | None,
+                    sources: Path | None) -> None:
     from anonflow.dag import build_plan
     from anonflow.errors import AnonflowError
     from anonflow.runner import Runner
@@ -1224,13 +1645,16 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
     if rel_path is None:
         return refuse("release.params.path is an absolute path or leaves the output folder")
     source_paths = [p for p in wanted if wanted[p]["what"].startswith("source ")]
-    base = sources_base(release, {"sources": [{"path": p} for p in source_paths]}, sources)
-    if base is None and source_paths:
-        return refuse("cannot find the sources: no folder above the release holds " + ", ".join(source_paths)
-                      + " (give the workflow's folder with --sources DIR)")
+    base, where = sources_base(release, {"sources": [{"path": p} for p in source_paths],
+                                         "release": {"params": {"path": rel_path}}}, sources)
+    if base is None and wanted:
+        return refuse(f"cannot find the sources: {where} (give the workflow's folder with --sources DIR)")
+    if base is not None:
+        f.add(True, "sources", f"the recorded files are read from {where}", show=True)
 
-    tmp = Path(tempfile.mkdtemp(prefix="anonflow-verify-")).resolve()
+    tmp = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix="anonflow-verify-")).resolve()
         os.chmod(tmp, 0o700)
         src_dir = tmp / "workflow"
         src_dir.mkdir(mode=0o700)
@@ -1287,18 +1711,25 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
             reasons.append(f"the workflow has no step {release_step!r} (manifest release.step)")
         if reasons:
             return refuse("; ".join(reasons))
-        # (b) copy each accepted file, checking its sha256 on the bytes copied
+        # (b) hash each accepted file in place; copy only a match, and hash the copy again
         changed = False
         for i, (rel, info) in enumerate(sorted(wanted.items())):
-            path = base / rel if base is not None else None
-            if path is None or not path.is_file():
-                f.add(False, info["what"], f"{rel} (under {base}) is missing")
+            if base is None:
+                f.add(False, info["what"], f"{rel} is missing (no folder to read it from)")
                 changed = True
                 continue
             try:
-                digest = _copy_pinned(path, src_dir / rel, info["sha256"], info["text"])
-            except (OSError, FileExistsError) as exc:
-                f.add(False, info["what"], f"{rel} cannot be copied: {exc}")
+                digest = _copy_pinned(base, rel, src_dir / rel, info["sha256"], info["text"])
+            except FileNotFoundError:
+                f.add(False, info["what"], f"{rel} (under {base}) is missing")
+                changed = True
+                continue
+            except _Refused as exc:
+                f.add(False, info["what"], f"{rel} (under {base}) {exc}: not read")
+                changed = True
+                continue
+            except OSError as exc:
+                f.add(False, info["what"], f"{rel} cannot be copied: {exc.strerror or exc}")
                 changed = True
                 continue
             if digest != info["sha256"]:
@@ -1348,15 +1779,18 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
         same_files = 0
         for name in names:
             a, b = release / name, again_dir / name
-            if not a.is_file() or not b.is_file():
+            why = not_regular(a)
+            if why is not None and why != "does not exist":
+                f.add(False, f"file {name}", f"{why} in the release: not compared")
+            elif why is not None or not b.is_file():
                 f.add(False, f"file {name}", "exists only in the " + ("re-run" if b.is_file() else "release"))
             elif name == MANIFEST and signed:
                 if _unsigned_form(manifest) != _unsigned_form(again):
                     f.add(False, f"file {name}", "differs from the re-run's (signatures aside)")
                 else:
                     same_files += 1
-            elif file_sha256(a) != file_sha256(b):
-                f.add(False, f"file {name}", f"differs from the re-run's: sha256 {_short(file_sha256(a))} vs "
+            elif regular_sha256(a) != file_sha256(b):
+                f.add(False, f"file {name}", f"differs from the re-run's: sha256 {_short(regular_sha256(a))} vs "
                                              f"{_short(file_sha256(b))}")
             else:
                 same_files += 1
@@ -1365,7 +1799,8 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
                                   f"hashes and {len(names)} byte-identical files"
                                   + (" (manifest.json compared without its signature)" if signed else ""))
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 PLUGINS = [Release()]
