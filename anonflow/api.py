@@ -161,6 +161,11 @@ class Publisher(Plugin):
     #: the parameters that name paths this publisher writes (relative to the output folder);
     #: the engine checks them before a run starts, and ``ctx.resolve_output`` again at write time.
     outputs: ClassVar[tuple[str, ...]] = ("path",)
+    #: parameters that name secrets (a signing key's path): they change no output, so they are
+    #: left out of the step's fingerprint, and a release records neither them nor ``--set`` on them
+    secret_params: ClassVar[tuple[str, ...]] = ()
+    #: whether the publish step's ``row_id: true`` (keep ``_row``) may be used with it
+    accepts_row_id: ClassVar[bool] = True
 
     def output_files(self, params: Mapping[str, Any]) -> list[str]:
         """The paths (relative to the output folder) this step will write, files or folders,

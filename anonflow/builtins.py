@@ -764,6 +764,9 @@ class PublishStep(Builtin):
         from .outputs import check_output_path
 
         own, reg, rest = self.validate_all(given, registry, where)
+        if own["row_id"] and not getattr(reg.obj, "accepts_row_id", True):
+            raise WorkflowError(f"publisher {reg.name!r} does not publish _row (row_id: true): the source position "
+                                "links each published record back to its original", where=where)
         for key in getattr(reg.obj, "outputs", ("path",)):
             if rest.get(key) is not None:
                 check_output_path(rest[key], where=where, param=key)

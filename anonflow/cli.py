@@ -113,7 +113,7 @@ class _Progress:
 @main.command()
 @click.argument("workflow", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Override the workflow's seed.")
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=None, help="Override the workflow's seed.")
 @click.option("--set", "overrides", multiple=True, metavar="STEP.PARAM=VALUE",
               help="Override a step parameter (repeatable); VALUE is read as YAML.")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -157,7 +157,7 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
 
 @main.command()
 @click.argument("workflow", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Override the workflow's seed.")
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=None, help="Override the workflow's seed.")
 @click.option("--set", "overrides", multiple=True, metavar="STEP.PARAM=VALUE", help="Override a step parameter.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--no-preview", is_flag=True,
@@ -368,7 +368,7 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
             fd = os.open(release / "manifest.json", os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
             with os.fdopen(fd, encoding="utf-8") as fh:
                 name = (_json.loads(fh.read()).get("publisher") or {}).get("name", "release")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         name = "release"
     if not release.is_dir():
         raise InputError(f"{release} is not a directory (expected a release directory)")

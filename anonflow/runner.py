@@ -432,6 +432,12 @@ class Runner:
         Suppressed records are those the algorithm returns with a null ``_class``: they are
         never silently dropped, but split off into a table of their own."""
         algo = node.plugin.obj
+        if algo.inputs == 1 and (CLASS in table.columns or table.claims):
+            # another algorithm's output: its classes and its claims are not this step's. The
+            # algorithm starts from the records (a two-input algorithm reads the partition itself)
+            table = table.replace(data=table.data.drop_columns([c for c in (CLASS,) if c in table.columns]),
+                                  claims={})
+            ctx.inputs = [table, *ctx.inputs[1:]]
         algo.check(node.params, table=table)
         out = algo.run(table, node.params, ctx)
         if not isinstance(out, TypedTable):
@@ -443,7 +449,9 @@ class Runner:
                            "records (or changed their _row ids); every record must be accounted for", where=where)
         if CLASS not in out.columns:
             raise RunError(f"algorithm {node.uses!r} returned no {CLASS} column", where=where)
-        claims = {**algo.claims(node.params), **out.claims}
+        # the output claims what this algorithm claims; a claim carried over from its input is dropped
+        inherited = table.claims
+        claims = {**algo.claims(node.params), **{k: v for k, v in out.claims.items() if inherited.get(k) != v}}
         out = out.replace(claims=claims)
         cls = out.data.column(CLASS)
         if not cls.null_count:
@@ -485,9 +493,13 @@ class Runner:
     def _fingerprint(self, node: Node, input_hashes: list[str], seed: int, base: Path) -> str:
         # files named in parameters count by their path relative to the workflow's folder (their
         # content hashes are parameters too), so a moved checkout keeps its fingerprints
+        params = node.params
+        if node.kind == "publish" and self.registry.has("publisher", str(params.get("publisher", ""))):
+            secret = getattr(self.registry.get("publisher", params["publisher"]).obj, "secret_params", ())
+            params = {k: v for k, v in params.items() if k not in secret}
         return hashlib.sha256(_canonical({
             "kind": node.kind, "uses": node.uses, "version": node.version,
-            "params": relative_paths(node.params, base),
+            "params": relative_paths(params, base),
             "inputs": input_hashes, "seed": seed, "store_schema": SCHEMA_VERSION,
         }).encode()).hexdigest()
 

@@ -118,6 +118,11 @@ class DuplicateKeyError(yaml.YAMLError):
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
+#: the largest workflow seed (the store keeps it as a signed 64-bit integer)
+MAX_SEED = 2**63 - 1
+#: the largest workflow file read (bytes)
+MAX_WORKFLOW_BYTES = 10 * 1024 * 1024
+
 #: the most values a workflow file may hold once its aliases are expanded (a YAML "billion
 #: laughs" file is a few lines that expand to billions of values)
 MAX_VALUES = 1_000_000
@@ -188,10 +193,15 @@ def _set_path(path: Path, params: dict[str, Any], step: str, param: str, value: 
 def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | None = None) -> WorkflowSpec:
     """Read and structurally validate a workflow file; apply ``--set`` and ``--seed``."""
     path = Path(path)
+    if not path.exists():
+        raise WorkflowError(f"workflow file not found: {path}")
+    if not path.is_file():  # a folder, device (/dev/zero never ends) or FIFO (blocks)
+        raise WorkflowError(f"workflow file {path} is not a regular file")
+    if path.stat().st_size > MAX_WORKFLOW_BYTES:
+        raise WorkflowError(f"workflow file {path} is {path.stat().st_size:,} bytes; a workflow file holds at most "
+                            f"{MAX_WORKFLOW_BYTES:,} (data belongs in sources)")
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise WorkflowError(f"workflow file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkflowError(f"cannot read workflow file {path}: {exc}") from None
     try:
@@ -201,6 +211,8 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
                          "each step, source and parameter may be given once") from None
     except TooLargeError as exc:
         raise _err(path, f"refused: {exc}") from None
+    except RecursionError:
+        raise _err(path, "refused: it nests lists or mappings too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -213,9 +225,12 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
     name = data.get("name") or path.stem
     if not isinstance(name, str):
         raise _err(path, f"'name' must be a string, got {name!r}")
+    if len(name) > 200 or not name.isprintable():  # a newline or CR in it would forge terminal lines
+        raise _err(path, "'name' must be one line of printable characters (at most 200), got "
+                         f"{name[:60]!r}{'...' if len(name) > 60 else ''}")
     wf_seed = data.get("seed", 0) if seed is None else seed
-    if isinstance(wf_seed, bool) or not isinstance(wf_seed, int) or wf_seed < 0:
-        raise _err(path, f"'seed' must be a non-negative integer, got {wf_seed!r}")
+    if isinstance(wf_seed, bool) or not isinstance(wf_seed, int) or not 0 <= wf_seed <= MAX_SEED:
+        raise _err(path, f"'seed' must be an integer from 0 to {MAX_SEED} (2^63 - 1), got {wf_seed!r}")
 
     base = path.resolve().parent
     raw_sources = data.get("sources") or {}

@@ -171,6 +171,9 @@ def _check_source_file(src: SourceSpec) -> None:
         raise InputError(f"file not found: {src.path}", where=where)
     if src.path.is_dir():
         raise InputError(f"{src.path} is a directory, expected a file", where=where)
+    if not src.path.is_file():  # a device, FIFO or socket: /dev/zero never ends, a FIFO blocks
+        raise InputError(f"{src.path} is not a regular file (a device, pipe or socket); give a data file",
+                         where=where)
     if src.format == "duckdb":
         return
     if src.path.stat().st_size == 0:
@@ -358,7 +361,13 @@ def open_failure(path: Path, exc: Exception) -> str:
 
 
 def damaged(path: Path, exc: Exception) -> str:
-    return f"cannot read store {path}: {_duck_message(exc)}; {_DAMAGE_HINT}"
+    """One line for a DuckDB error on the store: damage (I/O, corruption, internal errors)
+    says what to do; anything else (a value DuckDB cannot hold, say) is reported as it is."""
+    msg = _duck_message(exc)
+    if isinstance(exc, (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException,
+                        duckdb.FatalException)) or "Corrupt" in msg or "not a valid DuckDB" in msg:
+        return f"cannot read store {path}: {msg}; {_DAMAGE_HINT}"
+    return f"the store {path} refused a value: {msg}"
 
 
 class Store:
@@ -631,8 +640,8 @@ class Store:
             "FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT ?", [limit]))
 
     def run(self, run_id: str) -> dict[str, Any]:
-        rows = self._status(self._dicts("SELECT * FROM af_runs WHERE run_id = ? OR run_id LIKE ? "
-                                        "ORDER BY started_at DESC", [run_id, run_id + "%"]))
+        rows = self._status(self._dicts("SELECT * FROM af_runs WHERE run_id = ? OR (? <> '' AND starts_with(run_id, ?)) "
+                                        "ORDER BY started_at DESC", [run_id, run_id, run_id]))
         if not rows:
             raise StoreError(f"no run {run_id!r} in {self.path}")
         if len(rows) > 1 and rows[0]["run_id"] != run_id:

@@ -486,3 +486,118 @@ def test_report_never_writes_over_the_runs_inputs_and_asks_before_overwriting(cl
     assert res.exit_code == 2 and "exists" in res.output and mine.read_text() == "mine"
     assert cli("report", run_id, "--db", db, "-o", mine, "--overwrite").exit_code == 0
     assert mine.read_text().startswith("<!DOCTYPE html>")
+
+
+# -- found by a third hostile pass ---------------------------------------------------------------
+
+
+@pytest.fixture
+def adult300(tmp_path):
+    from .conftest import DATA
+
+    lines = (DATA / "adult" / "adult_full.csv").read_text().splitlines()[:301]
+    (tmp_path / "a.csv").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+def _chain(folder: Path, second: str) -> Path:
+    wf = folder / "chain.yaml"
+    wf.write_text(f"""name: chain
+seed: 7
+sources: {{src: {{path: a.csv}}}}
+steps:
+  typed: {{uses: typing, input: src, with: {{quasi: {{age: continuous, sex: nominal, race: nominal, education: nominal}}, sensitive: [occupation]}}}}
+  a1: {{uses: alpha-k-gca, input: typed, with: {{k: 4, alpha: 0.5}}}}
+  anon: {{uses: {second}, input: a1}}
+  x: {{uses: evaluate, input: [typed, anon], with: {{metrics: [k-anonymity]}}}}
+  pub: {{uses: publish, input: anon, with: {{publisher: release, path: rel}}}}
+""")
+    return wf
+
+
+def test_a_chained_algorithm_claims_its_own_model_not_its_inputs(cli, adult300):
+    wf = _chain(adult300, "alpha-k-gca, with: {k: 2, alpha: 1.0}")
+    res = cli("run", wf, "--db", adult300 / "s.duckdb", "--json")
+    assert res.exit_code == 0, res.output
+    import json
+
+    out = json.loads(res.output)
+    assert out["metrics"]["x.k-anonymity.k"] == 2  # the claim of the step that made the table, not a1's 4
+    manifest = json.loads((adult300 / "out" / "rel" / "manifest.json").read_text())
+    assert manifest["release"]["claims"]["alpha-k-anonymity"] == {"alpha": 1.0, "k": 2}
+    assert cli("verify", adult300 / "out" / "rel").exit_code == 0
+
+
+def test_maasae_runs_on_another_algorithms_output(cli, adult300):
+    wf = _chain(adult300, "maasae, with: {k: 3, p: 2}")
+    res = cli("run", wf, "--db", adult300 / "s.duckdb", "--json")
+    assert res.exit_code == 0, res.output
+
+
+def test_a_release_refuses_row_id_when_validated(cli, project):
+    wf = census_workflow(project, extra="""
+        rel:
+          uses: publish
+          input: grouped
+          with: {publisher: release, path: r, row_id: true}
+        """)
+    res = cli("plan", wf)
+    assert res.exit_code == 2 and "does not publish _row" in res.output, res.output
+
+
+@pytest.mark.parametrize("seed", ["9223372036854775808", "99999999999999999999"])
+def test_a_seed_the_store_cannot_hold_is_a_clear_input_error(cli, project, seed):
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("seed: 7", f"seed: {seed}"))
+    res = cli("plan", wf)
+    assert res.exit_code == 2 and "'seed' must be an integer from 0 to 9223372036854775807" in res.output
+    res = cli("run", census_workflow(project, name="ok.yaml"), "--db", project / "s.duckdb", "--seed", seed)
+    assert res.exit_code == 2 and "damaged" not in res.output
+
+
+def test_deep_nesting_and_non_regular_files_are_one_line(cli, tmp_path):
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 2000 + "]" * 2000 + "\n")
+    res = cli("plan", deep)
+    assert res.exit_code == 2 and "nests lists or mappings too deeply" in res.output, res.output
+    (tmp_path / "rel").mkdir()
+    (tmp_path / "rel" / "manifest.json").write_text("[" * 5000 + "]" * 5000)
+    res = cli("verify", tmp_path / "rel")
+    assert res.exit_code == 2 and "too deeply" in res.output, res.output
+    res = cli("plan", "/dev/zero")
+    assert res.exit_code == 2 and "is not a regular file" in res.output, res.output
+
+
+def test_a_workflow_name_cannot_forge_terminal_lines(cli, tmp_path):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text('name: "ok\\nrun 1: census-mdav succeeded"\nsteps: {a: {uses: typing}}\n')
+    res = cli("plan", wf)
+    assert res.exit_code == 2 and "'name' must be one line of printable characters" in res.output
+
+
+def test_run_ids_match_by_literal_prefix_not_sql_patterns(cli, project, recorded):
+    db, run_id = recorded
+    for pattern in ("%", "_" * 8, "%" + run_id[-6:], ""):
+        res = cli("runs", pattern, "--db", db)
+        assert res.exit_code != 0 and "no run" in res.output, (pattern, res.output)
+    assert cli("runs", run_id[:15], "--db", db).exit_code == 0
+
+
+def test_a_signing_key_set_on_the_command_line_stays_out_of_the_release(cli, project):
+    pytest.importorskip("cryptography")
+    (project / "keys").mkdir()
+    assert cli("keygen", project / "keys" / "k").exit_code == 0
+    wf = census_workflow(project, extra="""
+        rel:
+          uses: publish
+          input: grouped
+          with: {publisher: release, path: r}
+        """)
+    res = cli("run", wf, "--db", project / "s.duckdb", "--set", "rel.sign=keys/k")
+    assert res.exit_code == 0, res.output
+    rel = project / "out" / "r"
+    for name in ("manifest.json", "report.html"):
+        assert "keys/k" not in (rel / name).read_text(), name
+    assert cli("verify", rel, "--key", project / "keys" / "k.pub").exit_code == 0
+    res = cli("verify", rel, "--rerun", "--sources", project)
+    assert res.exit_code == 0, res.output

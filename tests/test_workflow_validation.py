@@ -133,7 +133,7 @@ def test_missing_source_file(project):
     ("name: x\nsteps: {a: {uses: typing}}\nsorces: {}\n", "unknown key 'sorces' (did you mean 'sources'?)"),
     ("steps:\n  a: {uses: typing, inptu: x}\n", "step 'a': unknown key 'inptu' (did you mean 'input'?)"),
     ("steps:\n  a: {input: x}\n", "step 'a': missing 'uses'"),
-    ("seed: -3\nsteps: {a: {uses: typing}}\n", "'seed' must be a non-negative integer"),
+    ("seed: -3\nsteps: {a: {uses: typing}}\n", "'seed' must be an integer from 0 to"),
     ("steps: {a: {uses: typing}\n", "not valid YAML"),
     ("sources: {s: {path: x.xlsx}}\nsteps: {a: {uses: typing}}\n", "cannot tell the format of 'x.xlsx'"),
 ])

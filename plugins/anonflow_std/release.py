@@ -314,6 +314,8 @@ def load_manifest(release: Path) -> dict[str, Any]:
             data = json.loads(fh.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path} cannot be read as JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{path} nests its JSON too deeply to be a release manifest") from None
     if not isinstance(data, dict) or data.get("format") != "anonflow-release":
         raise InputError(f"{path} is not an anonflow release manifest")
     return data
@@ -572,6 +574,8 @@ def _inside(p: Any) -> str | None:
 class Release(Publisher):
     name = "release"
     version = __version__
+    secret_params = ("sign",)
+    accepts_row_id = False  # a release never links its records back to their source positions
     description = ("An audited release directory: the published files (Parquet and CSV), manifest.json (workflow, "
                    "seed, parameters, versions, sources, step hashes, metrics, privacy checks) and report.html; "
                    "checked by 'anonflow verify'.")
@@ -695,7 +699,7 @@ class Release(Publisher):
                          "file": Path(info.run["workflow_path"] or "workflow.yaml").name,
                          "sha256": info.run["workflow_hash"], "text": info.run["workflow_text"]},
             "seed": info.run["seed"],
-            "overrides": plain(info.run.get("overrides") or []),
+            "overrides": plain(public_overrides(info)),
             "versions": plain({**(info.run.get("versions") or {}), "matplotlib": _matplotlib_version()}),
             "sources": [self._source(s, base, declared) for s in info.sources],
             "steps": [self._step(s, info, base, release_dir, declared) for s in info.steps],
@@ -791,6 +795,18 @@ class Release(Publisher):
     def keygen(self, path: Path) -> tuple[Path, str]:
         """Write an Ed25519 key pair for signed releases (``anonflow keygen``)."""
         return keygen(path)
+
+
+def public_overrides(info: RunInfo) -> list[Any]:
+    """The run's ``--set`` overrides less those that set a release's ``sign`` (a key's path is
+    not the release's business: it changes no output)."""
+    releases = {s["step"] for s in info.steps if s["kind"] == "publish" and (s.get("params") or {}).get(
+        "publisher") == "release"}
+    if info.current and info.current.get("kind") == "publish" and (info.current.get("params") or {}).get(
+            "publisher") == "release":
+        releases.add(info.current["step"])
+    return [o for o in info.run.get("overrides") or []
+            if not (o[0] in releases and str(o[1]).split(".", 1)[0] == "sign")]
 
 
 def _unsigned_params(params: Mapping[str, Any] | None) -> dict[str, Any]:

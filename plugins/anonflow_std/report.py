@@ -544,7 +544,9 @@ def render(info: RunInfo, registry: Any) -> str:
     parts: list[str] = []
 
     # header
-    overrides = run.get("overrides") or []
+    from .release import public_overrides
+
+    overrides = public_overrides(info)
     parts.append(f"<header><h1>Release report: {_e(run['workflow'])}</h1>"
                  f"<p>Workflow file <code>{_e(wf_file)}</code> (sha256 <code>{_e(run['workflow_hash'])}</code>), "
                  f"seed {_e(run['seed'])}"
