@@ -24,27 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from .conftest import census_workflow, write
-from .test_release import _workflow_copy
-
-RELEASE = """
-    release: {uses: publish, input: grouped, with: {publisher: release, path: release}}
-"""
-
-
-def run_json(cli, *args) -> dict:
-    res = cli("run", *args, "--json")
-    assert res.exit_code == 0, res.output
-    return json.loads(res.output)
-
-
-def verify(cli, release: Path, *args) -> tuple[int, dict]:
-    res = cli("verify", release, *args, "--json")
-    return res.exit_code, json.loads(res.output)
-
-
-def failures(result: dict) -> list[str]:
-    return [f"{i['what']}: {i['detail']}" for i in result["findings"] if not i["ok"]]
-
+from .test_release import RELEASE, _workflow_copy, failures, run_json, verify
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
