@@ -65,6 +65,13 @@ def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
+def _printable(value: Any) -> str:
+    """``value`` as text a terminal shows and does not obey: control characters (ESC, CR, BEL
+    from a hostile data or hierarchy file) are written as escapes."""
+    text = str(value)
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 def _display_path(path: str) -> str:
     try:
         return os.path.relpath(path)
@@ -502,11 +509,11 @@ def hierarchy_show(target: str, column: str | None, db: str, run_id: str | None,
     if as_json:
         _echo_json({**h.describe(), "rows": rows})
         return
-    shown = rows if limit <= 0 else rows[:limit]
-    widths = [max(len(f"level{i}"), *(len(str(r[f"level{i}"])) for r in shown)) for i in range(h.height + 1)]
+    shown = [{k: _printable(v) for k, v in r.items()} for r in (rows if limit <= 0 else rows[:limit])]
+    widths = [max(len(f"level{i}"), *(len(r[f"level{i}"]) for r in shown)) for i in range(h.height + 1)]
     click.echo("  ".join(f"level{i}".ljust(w) for i, w in enumerate(widths)))
     for r in shown:
-        click.echo("  ".join(str(r[f"level{i}"]).ljust(w) for i, w in enumerate(widths)))
+        click.echo("  ".join(r[f"level{i}"].ljust(w) for i, w in enumerate(widths)))
     if len(shown) < len(rows):
         click.echo(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
 

@@ -109,17 +109,30 @@ def parse_grading(data: Any, *, where: str, source: str = "inline") -> Grading:
     return Grading(tuple(levels), weights, source)
 
 
+#: the largest grading file read (bytes)
+MAX_GRADING_BYTES = 10 * 1024 * 1024
+
+
 def load_grading(spec: Any, base_dir: Path, *, where: str) -> dict[str, Any]:
     """Resolve a grading given inline or as a YAML file path; return its JSON form (with the
     file's sha256, so a changed file changes every fingerprint that depends on it)."""
     if isinstance(spec, str):
         path = (base_dir / spec).resolve()
+        if not path.exists():
+            raise WorkflowError(f"grading file not found: {path}", where=where)
+        if not path.is_file():  # a folder, device (/dev/zero never ends) or FIFO (blocks)
+            raise WorkflowError(f"grading file {path} is not a regular file", where=where)
+        if path.stat().st_size > MAX_GRADING_BYTES:
+            raise WorkflowError(f"grading file {path} is {path.stat().st_size:,} bytes; a grading holds at most "
+                                f"{MAX_GRADING_BYTES:,}", where=where)
         try:
             text = path.read_text(encoding="utf-8")
-        except OSError:
-            raise WorkflowError(f"grading file not found: {path}", where=where) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise WorkflowError(f"grading file {path} cannot be read: {exc}", where=where) from None
         try:
             data = load_yaml(text)
+        except RecursionError:
+            raise WorkflowError(f"grading file {path} nests lists or mappings too deeply", where=where) from None
         except yaml.YAMLError as exc:
             raise WorkflowError(f"grading file {path} is not valid YAML: {str(exc).splitlines()[0]}",
                                 where=where) from None

@@ -27,13 +27,17 @@ def check_output_path(text: object, *, where: str, param: str = "path") -> None:
     """Reject an output path that could leave the output folder (raises WorkflowError)."""
     if not isinstance(text, str) or not text.strip():
         raise WorkflowError(f"parameter {param!r} must be a non-empty relative path, got {text!r}", where=where)
-    if "\0" in text:
-        raise WorkflowError(f"parameter {param!r} contains a NUL character", where=where)
+    if not text.isprintable():  # NUL, newline, ESC: nothing a file name needs, and a terminal would obey
+        raise WorkflowError(f"parameter {param!r} contains a control character: {text!r}", where=where)
     win = PureWindowsPath(text)
     if os.path.isabs(text) or PurePosixPath(text).is_absolute() or win.drive or win.root:
         raise WorkflowError(f"parameter {param!r} is {text!r}, an absolute path; output paths are relative to the "
                             "output folder (--out-dir, default out/ beside the workflow file)", where=where)
     parts = PurePosixPath(text.replace("\\", "/")).parts
+    long = next((p for p in parts if len(p.encode("utf-8")) > 255), None)
+    if long is not None:
+        raise WorkflowError(f"parameter {param!r}: the name {long[:40]!r}... is {len(long.encode('utf-8'))} bytes; "
+                            "a file name holds at most 255", where=where)
     depth = 0
     for part in parts:
         depth += -1 if part == ".." else (0 if part == "." else 1)
@@ -104,6 +108,9 @@ class OutputGuard:
                     if os.path.islink(os.path.join(root, d)):
                         raise InputError(f"output path {text!r} ({path}) holds a symbolic link "
                                          f"({os.path.join(root, d)}); anonflow writes only over what it published")
+                if root != str(path) and not dirs and not names:  # a folder someone added: it would be deleted
+                    raise InputError(f"output path {text!r} ({path}) holds a folder anonflow did not create ({root}); "
+                                     "remove it or choose another path")
                 files += [Path(root) / n for n in names]
         else:
             files = [path]

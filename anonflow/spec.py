@@ -132,19 +132,26 @@ class TooLargeError(yaml.YAMLError):
     pass
 
 
+#: the deepest nesting of lists and mappings a workflow value may have
+MAX_DEPTH = 64
+
+
 def _expanded_size(data: Any, budget: int) -> int:
-    """Count the values of ``data`` as if every alias were written out, stopping past ``budget``."""
-    count, stack = 0, [data]
+    """Count the values of ``data`` as if every alias were written out, stopping past ``budget``
+    values or :data:`MAX_DEPTH` levels of nesting."""
+    count, stack = 0, [(data, 0)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         count += 1
         if count > budget:
             raise TooLargeError(f"it expands to more than {budget:,} values (aliases of aliases); write the values out")
+        if depth > MAX_DEPTH:
+            raise TooLargeError(f"it nests lists or mappings more than {MAX_DEPTH} deep")
         if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
+            stack.extend((k, depth + 1) for k in item.keys())
+            stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, (list, tuple)):
-            stack.extend(item)
+            stack.extend((v, depth + 1) for v in item)
     return count
 
 
@@ -163,8 +170,10 @@ def parse_override(text: str) -> tuple[str, str, Any]:
         raise WorkflowError(f"--set {text!r}: expected STEP.PARAM=VALUE, for example grouped.k=10")
     try:
         value = load_yaml(raw) if raw.strip() else ""
-    except DuplicateKeyError as exc:
-        raise WorkflowError(f"--set {text!r}: {exc}") from None
+    except (DuplicateKeyError, TooLargeError) as exc:
+        raise WorkflowError(f"--set {text[:80]!r}: {exc}") from None
+    except RecursionError:
+        raise WorkflowError(f"--set {text[:80]!r}: the value nests lists or mappings too deeply") from None
     except yaml.YAMLError:
         value = raw
     return step.strip(), param.strip(), value

@@ -601,3 +601,88 @@ def test_a_signing_key_set_on_the_command_line_stays_out_of_the_release(cli, pro
     assert cli("verify", rel, "--key", project / "keys" / "k.pub").exit_code == 0
     res = cli("verify", rel, "--rerun", "--sources", project)
     assert res.exit_code == 0, res.output
+
+
+# -- found by a fourth hostile pass ---------------------------------------------------------------
+
+
+def _graded(folder: Path, grading: str) -> Path:
+    wf = folder / "g.yaml"
+    wf.write_text(f"""name: g
+sources: {{src: {{path: a.csv}}}}
+steps:
+  typed: {{uses: typing, input: src, with: {{quasi: [age], sensitive: {{occupation: {{grading: {grading}}}}}}}}}
+""")
+    return wf
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "deep"])
+def test_a_hostile_grading_file_is_one_line(cli, adult300, kind):
+    target = adult300 / "grading.yaml"
+    if kind == "device":
+        target.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.write_text("levels: " + "[" * 3000 + "]" * 3000 + "\n")
+    res = cli("plan", _graded(adult300, "grading.yaml"), "--no-preview")
+    assert res.exit_code == 2, res.output
+    assert ("is not a regular file" if kind != "deep" else "nests lists or mappings too deeply") in res.output
+
+
+def test_a_deeply_nested_set_value_is_one_line(cli, project):
+    res = cli("plan", census_workflow(project), "--set", "grouped.k=" + "[" * 3000 + "]" * 3000)
+    assert res.exit_code == 2 and "nests lists or mappings too deeply" in res.output, res.output
+
+
+def test_an_interval_hierarchy_that_floating_point_cannot_bin_is_refused(cli, adult300):
+    wf = adult300 / "h.yaml"
+    wf.write_text("""name: h
+sources: {src: {path: a.csv}}
+steps:
+  typed: {uses: typing, input: src, with: {quasi: [age], sensitive: [occupation]}}
+  hier: {uses: hierarchy, input: typed, with: {age: {interval: {widths: [5, 10], anchor: -9223372036854775808}}}}
+""")
+    res = cli("plan", wf)
+    assert res.exit_code == 2 and "cannot be computed exactly" in res.output, res.output
+
+
+@pytest.mark.parametrize("path", ["a" * 300 + ".csv", "x\\x1b]0;pwn\\x07.csv", "line\\nbreak.csv"])
+def test_output_names_too_long_or_with_control_characters_are_refused(cli, project, path):
+    wf = census_workflow(project, extra=f"""
+        odd:
+          uses: publish
+          input: grouped
+          with: {{publisher: csv, path: "{path}"}}
+        """)
+    res = cli("plan", wf, "--no-preview")
+    assert res.exit_code == 2 and "step 'odd'" in res.output and "Traceback" not in res.output, res.output
+
+
+def test_rerunning_into_a_release_never_deletes_a_folder_someone_added(cli, project):
+    wf = census_workflow(project, extra="""
+        rel:
+          uses: publish
+          input: grouped
+          with: {publisher: release, path: r}
+        """)
+    db = project / "s.duckdb"
+    assert _run(cli, wf, db).exit_code == 0
+    (project / "out" / "r" / "sub").mkdir()
+    res = _run(cli, wf, db)
+    assert res.exit_code == 2 and "holds a folder anonflow did not create" in res.output, res.output
+    assert (project / "out" / "r" / "sub").is_dir()
+
+
+def test_hierarchy_show_escapes_control_characters(cli, adult300):
+    (adult300 / "sex.csv").write_text("Male;\x1b[31mRED\x07M\nFemale;F\n")
+    wf = adult300 / "h.yaml"
+    wf.write_text("""name: h
+sources: {src: {path: a.csv}}
+steps:
+  typed: {uses: typing, input: src, with: {quasi: [sex], sensitive: [occupation]}}
+  hier: {uses: hierarchy, input: typed, with: {sex: {arx: sex.csv}}}
+""")
+    assert cli("run", wf, "--db", adult300 / "s.duckdb").exit_code == 0
+    res = cli("hierarchy", "show", "hier", "sex", "--db", adult300 / "s.duckdb")
+    assert res.exit_code == 0 and "\x1b" not in res.output and "\\x1b[31mRED\\x07M" in res.output, res.output

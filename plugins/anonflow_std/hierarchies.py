@@ -74,6 +74,10 @@ class Intervals(HierarchyBuilder):
         for w in widths:
             lo = anchor + np.floor((x - anchor) / w) * w
             hi = lo + w
+            if not bool(np.all((lo <= x) & (x < hi))):  # floating point lost the bins (a huge anchor, say)
+                bad = int(np.flatnonzero(~((lo <= x) & (x < hi)))[0])
+                raise InputError(f"interval width {w:g} with anchor {anchor:g} cannot be computed exactly: the value "
+                                 f"{x[bad]:g} would land in [{lo[bad]:g}, {hi[bad]:g}); choose an anchor near the data")
             levels.append(pa.array(_labels(lo, hi, integral)))
         levels.append(pa.array(["*"] * len(x)))
         return Hierarchy.from_levels(column, levels, builder=self.name)
@@ -84,6 +88,9 @@ def _labels(lo: np.ndarray, hi: np.ndarray, integral: bool) -> list[str]:
     pairs, inverse = np.unique(np.stack([lo, hi], axis=1), axis=0, return_inverse=True)
     fmt = (lambda v: str(int(v))) if integral else (lambda v: f"{v:g}")
     text = [f"[{fmt(a)}-{fmt(b)})" for a, b in pairs]
+    if len(set(text)) != len(text):  # two bins printed alike would be merged by their label
+        raise InputError("interval labels would not tell some bins apart at this precision (e.g. "
+                         f"{next(t for t in text if text.count(t) > 1)}); use widths and an anchor near the data")
     return [text[i] for i in inverse.ravel()]
 
 
