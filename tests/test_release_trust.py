@@ -863,3 +863,86 @@ def test_formula_like_column_names_of_a_publisher_are_refused(cli, tmp_path, pub
     assert res.exit_code == 2, res.output
     assert f"{publisher}: {param} {name!r} begins with {name[0]!r}" in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+# -- hostile-audit regressions: forged counts and columns, duplicate files, a one-metric sweep --------
+
+
+def _rewrite(rel: Path, stem: str, edit) -> None:
+    """Rewrite ``stem``.parquet (its Parquet metadata kept) and ``stem``.csv as the release
+    writes them, with ``edit(table)``; the digests are left to :func:`forge`."""
+    from anonflow_std.release import write_csv
+
+    data = pq.read_table(rel / f"{stem}.parquet")
+    meta = data.schema.metadata
+    data = edit(data).replace_schema_metadata(meta)
+    pq.write_table(data, str(rel / f"{stem}.parquet"))
+    write_csv(rel / f"{stem}.csv", data.replace_schema_metadata(None))
+
+
+@pytest.mark.parametrize("count", [2 ** 31, 2 ** 62, -1, "shifted"])
+def test_verify_refuses_forged_sa_counts_before_expanding_them(cli, tmp_path, count):
+    wf = formula_project(tmp_path)
+    run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "o")
+    rel = tmp_path / "o" / "release"
+
+    def edit(sa):
+        counts = sa.column("count").to_pylist()
+        if count == "shifted":        # the total kept: one record moved from the first class to the last
+            counts[0] -= 1
+            counts[-1] += 1
+        else:
+            counts[0] = count
+        return sa.set_column(sa.column_names.index("count"), "count", pa.array(counts, sa.schema.field("count").type))
+
+    _rewrite(rel, "published-sa", edit)
+    forge(rel, lambda m: None)
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    assert not any("array is too big" in f or "ValueError" in f for f in bad), bad
+    assert any(f.startswith("privacy checks: cannot be run on the published files: published-qi.parquet and "
+                            "published-sa.parquet do not pair up") for f in bad), bad
+
+
+@pytest.mark.parametrize("case", ["table-extra", "table-missing", "qi-extra", "sa-extra"])
+def test_verify_refuses_published_columns_other_than_the_typings(cli, tmp_path, case):
+    wf = formula_project(tmp_path)
+    run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "o")
+    rel = tmp_path / "o" / ("flat" if case.startswith("table") else "release")
+    stem = {"table": "published", "qi": "published-qi", "sa": "published-sa"}[case.split("-")[0]]
+    assert verify(cli, rel)[0] == 0
+    if case.endswith("extra"):
+        _rewrite(rel, stem, lambda t: t.append_column("secret", pa.array([f"ssn-{i}" for i in range(t.num_rows)])))
+    else:
+        _rewrite(rel, stem, lambda t: t.drop_columns(["note"]))
+
+    forge(rel, lambda m: None)
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    want = "column 'secret' is not declared" if case.endswith("extra") else "column 'note' is missing"
+    assert any(f.startswith(f"file {stem}.parquet: does not hold exactly the columns of the release's typing")
+               and want in f for f in bad), bad
+
+
+def test_verify_refuses_a_file_listed_twice(cli, project):
+    rel = released(cli, project)
+    forge(rel, lambda m: m["files"].append(dict(m["files"][0])))
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith("file published.parquet: is listed twice in the manifest (files[0] and files[")
+               for f in bad), bad
+
+
+def test_a_sweep_with_one_metric_publishes_a_release_without_a_plot(cli, project):
+    wf = census_workflow(project, extra=RELEASE)
+    wf.write_text(wf.read_text().replace("metrics: [sse-il, k-anonymity]", "metrics: [k-anonymity]"))
+    for k in (5, 7):
+        res = cli("run", wf, "--db", project / "s.duckdb", "--out-dir", project / f"o{k}", "--set", f"grouped.k={k}")
+        assert res.exit_code == 0, res.output
+    page = (project / "o7" / "release" / "report.html").read_text()
+    assert "No plot: the sweep has no pair of metrics" in page
+    code, result = verify(cli, project / "o7" / "release")
+    assert code == 0, failures(result)

@@ -352,6 +352,35 @@ def _typing_of(data: pa.Table, manifest: Mapping[str, Any], where: str) -> Typin
     return Typing.from_json(typing_json)
 
 
+def _sa_counts(qi: pa.Table, sa: pa.Table, cls_col: str, cnt: str, qname: str, sname: str) -> np.ndarray:
+    """The SA table's counts (``sa`` sorted by class), as int64, once they are known to pair
+    up with the QI table: non-negative integers that add up, per class id, to exactly the QI
+    rows of that class (so expanding them never allocates more than the QI table's rows)."""
+    n = qi.num_rows
+    for t, col, name in ((qi, cls_col, qname), (sa, cls_col, sname), (sa, cnt, sname)):
+        if col not in t.column_names:
+            raise InputError(f"{name}: no column {col!r}")
+    col = sa.column(cnt)
+    if not pa.types.is_integer(col.type) or col.null_count:
+        raise InputError(f"{sname}: the counts ({cnt!r}) are not all integers ({col.type}, {col.null_count} null)")
+    raw = col.to_numpy(zero_copy_only=False)
+    if (raw < 0).any() or (raw > n).any():
+        raise InputError(f"{qname} and {sname} do not pair up: an SA count is negative or exceeds the QI table's "
+                         f"{n} rows")
+    counts = raw.astype(np.int64)
+    if int(counts.sum()) != n:
+        raise InputError(f"{qname} and {sname} do not pair up: the SA counts add up to {int(counts.sum())}, the QI "
+                         f"table holds {n} rows")
+    q = qi.group_by(cls_col).aggregate([([], "count_all")])
+    s = sa.select([cls_col]).append_column("_n", pa.array(counts)).group_by(cls_col).aggregate([("_n", "sum")])
+    j = q.join(s, cls_col, join_type="full outer")
+    if j.num_rows != q.num_rows or j.num_rows != s.num_rows or not pc.all(
+            pc.fill_null(pc.equal(j.column("count_all"), j.column("_n_sum")), False)).as_py():
+        raise InputError(f"{qname} and {sname} do not pair up: the SA counts do not add up to the QI rows of every "
+                         "class")
+    return counts
+
+
 def load_release_table(release: Path, manifest: Mapping[str, Any]) -> TypedTable:
     """The published table rebuilt from the release's Parquet files alone, typed from their
     metadata, with the claims the manifest records and a synthetic ``_row`` (file order).
@@ -380,9 +409,7 @@ def load_release_table(release: Path, manifest: Mapping[str, Any]) -> TypedTable
         order = np.argsort(qcls, kind="stable")
         qi = qi.take(pa.array(order)).replace_schema_metadata(None)
         sa = sa.sort_by([(cls_col, "ascending"), (s, "ascending")])
-        counts = sa.column(cnt).to_numpy(zero_copy_only=False).astype(np.int64)
-        if (counts < 0).any():
-            raise InputError(f"{fs['path']}: negative counts")
+        counts = _sa_counts(qi, sa, cls_col, cnt, fq["path"], fs["path"])
         expanded = pc.take(sa.column(s), pa.array(np.repeat(np.arange(sa.num_rows), counts)))
         scls = np.repeat(sa.column(cls_col).to_numpy(zero_copy_only=False), counts)
         if len(scls) != qi.num_rows or not np.array_equal(scls, qi.column(cls_col).to_numpy(zero_copy_only=False)):
@@ -946,11 +973,17 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
           "matches workflow.sha256" if text_hash == wf.get("sha256") else
           f"sha256 {_short(text_hash)} but workflow.sha256 records {_short(wf.get('sha256'))}")
     listed = set()
+    first: dict[str, int] = {}
     intact: dict[str, dict[str, Any]] = {}
     for i, entry in enumerate(manifest.get("files") or []):
         name = entry.get("path", "") if isinstance(entry, dict) else None
         if isinstance(name, str):
             listed.add(name)
+            if name in first:
+                f.add(False, f"file {name}", f"is listed twice in the manifest (files[{first[name]}] and files[{i}]); "
+                                             "each file is listed once")
+                continue
+            first[name] = i
         if not isinstance(name, str) or not _NAME.match(name) or name in (MANIFEST, SIGNATURE):
             f.add(False, f"file {name!r}", f"manifest files[{i}].path is not a plain file name in the release")
             continue
@@ -1004,6 +1037,7 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
         f.add(diff is None, f"file {name}", f"holds exactly the records of {partner['path']} (header, rows and every "
                                             "cell, CSV escaping accounted for)" if diff is None else
               f"does not hold the records of {partner['path']}: {diff}")
+    _verify_columns(release, manifest, intact, f)
     for i, m in enumerate(manifest.get("metrics") or []):
         expect = verdict(m.get("value"), m.get("threshold"), m.get("name", ""))
         if expect != m.get("passed"):
@@ -1022,6 +1056,58 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
     if rerun:
         _rerun(release, manifest, f, registry, db=db, sources=sources)
     return {"release": str(release), "ok": f.ok, "signature": signature, "findings": f.items}
+
+
+def _verify_columns(release: Path, manifest: Mapping[str, Any], intact: Mapping[str, Mapping[str, Any]],
+                    f: Findings) -> None:
+    """Each published Parquet file holds exactly the columns its layout calls for: the table,
+    the attributes of release.typing (and ``_class``); the QI table, those but the sensitive
+    one, and the class column; the SA table, the class, sensitive and count columns. (Each
+    CSV file is compared with its Parquet partner, header included.)"""
+    rel = manifest.get("release") or {}
+    try:
+        declared = [a["name"] for a in (rel.get("typing") or {})["attributes"]]
+    except Exception:
+        f.add(False, "manifest field release.typing", "does not list the release's attributes")
+        return
+    lj: dict[str, Any] = {}
+    if rel.get("layout") == "lossy-join":
+        try:
+            qi_entry = _file(manifest, "qi")
+            if qi_entry.get("path") not in intact:
+                return  # missing, changed or not a regular file: its own finding says so
+            lj = json.loads((pq.read_schema(release / qi_entry["path"]).metadata or {}).get(_LOSSY_KEY.encode(),
+                                                                                           b"{}"))
+        except Exception:
+            lj = {}
+        if not all(isinstance(lj.get(k), str) for k in ("class_column", "sensitive", "count_column")):
+            f.add(False, "published columns", f"the QI table's {_LOSSY_KEY} metadata does not name the class, "
+                                              "sensitive and count columns")
+            return
+    for name, entry in intact.items():
+        role = entry.get("role")
+        if entry.get("format") != "parquet" or role not in ("table", "qi", "sa"):
+            continue
+        if role == "table":
+            expect, optional = declared, [CLASS]
+        elif role == "qi":
+            expect, optional = [c for c in declared if c != lj["sensitive"]] + [lj["class_column"]], []
+        else:
+            expect, optional = [lj["class_column"], lj["sensitive"], lj["count_column"]], []
+        try:
+            have = pq.read_schema(release / name).names
+        except Exception as exc:
+            f.add(False, f"file {name}", f"cannot be read: {_error_text(exc)}")
+            continue
+        extra = [c for c in have if c not in expect and c not in optional]
+        missing = [c for c in expect if c not in have]
+        dup = sorted({c for c in have if have.count(c) > 1})
+        if extra or missing or dup:
+            f.add(False, f"file {name}", "does not hold exactly the columns of the release's typing "
+                  f"({'the ' + role + ' table of a lossy-join release' if role != 'table' else 'table layout'}): "
+                  + "; ".join([*(f"column {c!r} is not declared" for c in extra),
+                               *(f"column {c!r} is missing" for c in missing),
+                               *(f"column {c!r} appears twice" for c in dup)]))
 
 
 #: checks a release adds itself (not metric plugins): the lossy-join pair's consistency and k figures

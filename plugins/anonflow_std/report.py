@@ -431,6 +431,8 @@ def loss_plot(rows: list[dict[str, Any]]) -> str:
 
 def sweep_plot(sw: Mapping[str, Any]) -> str:
     pairs = sweep_pairs(sw)
+    if not pairs:  # e.g. one metric only: nothing to plot against it
+        return '<p class="note">No plot: the sweep has no pair of metrics (utility vs risk) to plot.</p>'
     cols = min(2, len(pairs))
     rows_n = math.ceil(len(pairs) / cols)
 
