@@ -49,7 +49,8 @@ def check_output_path(text: object, *, where: str, param: str = "path") -> None:
                             "folder inside it", where=where)
 
 
-def _inside(path: str, folder: str) -> bool:
+def inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it (both absolute, normalized)."""
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
@@ -76,17 +77,17 @@ class OutputGuard:
         path = Path(os.path.normpath(self.out_dir / text))
         real_out = os.path.realpath(self.out_dir)
         real = os.path.realpath(path)
-        if not _inside(real, real_out):
+        if not inside(real, real_out):
             raise InputError(f"output path {text!r} resolves to {real}, outside the output folder {real_out} "
                              "(through a symbolic link); nothing was written there")
         for p in self.protected:
-            if real == p or _inside(p, real):
+            if real == p or inside(p, real):
                 what = "the store" if self.store_path is not None and p.startswith(
                     os.path.realpath(self.store_path)) else "a file this workflow reads (its file, a source, a " \
                                                             "hierarchy or grading file)"
                 raise InputError(f"output path {text!r} ({path}) would write over {what}: {p}; choose another path")
         for done, step in self.written.items():
-            if step != self.step and (_inside(done, str(path)) or _inside(str(path), done)):
+            if step != self.step and (inside(done, str(path)) or inside(str(path), done)):
                 raise InputError(f"output path {text!r} ({path}) would write over {done}, which step {step!r} "
                                  "published earlier in this run; give each publish step its own path")
         if check_existing:

@@ -10,7 +10,7 @@ import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pyarrow.compute as pc
@@ -24,7 +24,11 @@ from .plugins import Registry, get_registry
 from .schema import CLASS, ROW
 from .spec import WorkflowSpec
 from .store import SCHEMA_VERSION, Artifact, Store
+from .outputs import inside
 from .table import TypedTable
+
+if TYPE_CHECKING:
+    from .outputs import OutputGuard
 
 
 class Reporter:
@@ -182,7 +186,7 @@ def output_guard(plan: Plan, out_dir: Path, store: Store, registry: Registry) ->
                        store_path=None if str(store.path) == ":memory:" else store.path)
 
 
-def check_outputs(plan: Plan, out_dir: Path, store: Store, registry: Registry) -> None:
+def check_outputs(plan: Plan, out_dir: Path, store: Store, registry: Registry) -> "OutputGuard":
     """Before a run starts: every path every publish step will write resolves inside
     ``out_dir`` and may be written, and no two steps write the same file or one inside the
     other's folder (raises InputError naming the step and the path)."""
@@ -202,11 +206,12 @@ def check_outputs(plan: Plan, out_dir: Path, store: Store, registry: Registry) -
             if target in mine:
                 raise InputError(f"the step writes {value!r} twice; give each file its own path", where=where)
             for other, step in claimed.items():
-                if target == other or target.startswith(other + os.sep) or other.startswith(target + os.sep):
+                if inside(target, other) or inside(other, target):
                     raise InputError(f"{value!r} {'is' if target == other else 'overlaps'} what step {step!r} "
                                      f"publishes ({other}); each publish step needs a path of its own", where=where)
             mine.add(target)
         claimed.update((t, node.name) for t in mine)
+    return guard
 
 
 def output_params(params: dict[str, Any], publisher: Any) -> list[tuple[str, str]]:
@@ -236,13 +241,13 @@ class Runner:
         """Run every step of ``spec``; raise :class:`AnonflowError` (with ``run_id`` set) on failure."""
         plan = plan or build_plan(spec, self.registry)
         out_dir = default_output_dir(spec, output_dir)
-        check_outputs(plan, out_dir, self.store, self.registry)
+        guard = check_outputs(plan, out_dir, self.store, self.registry)
         run_id = self.store.begin_run(workflow=spec.name, path=str(spec.path), text=spec.text,
                                       text_hash=spec.text_hash, seed=spec.seed,
                                       overrides=[list(o) for o in spec.overrides], versions=versions(self.registry))
         result = RunResult(run_id=run_id, status="running", workflow=spec.name)
         artifacts: dict[str, Artifact] = {}
-        self.output_guard = output_guard(plan, out_dir, self.store, self.registry)
+        self.output_guard = guard  # the same guard checks each path again when it is written
         try:
             for position, name in enumerate(plan.order):
                 node = plan.nodes[name]

@@ -461,7 +461,8 @@ def test_mi_loss_needs_a_label_that_varies():
 # -- workflows --------------------------------------------------------------------------------
 
 
-def lattice_workflow(folder, hier, lattice="{model: k-anonymity, model_params: {k: 5}}", n=2000):
+def lattice_workflow(folder, hier, lattice="{model: k-anonymity, model_params: {k: 5}}", n=2000,
+                     metrics="[k-anonymity, loss, mi-loss]"):
     """A workflow on a sample of ARX's Adult; ``hier`` maps column -> hierarchy spec (YAML)."""
     lines = "\n".join(f"      {c}: {spec}" for c, spec in hier.items())
     path = folder / "wf.yaml"
@@ -491,7 +492,7 @@ steps:
   scores:
     uses: evaluate
     input: [hier, anon]
-    with: {{metrics: [k-anonymity, loss, mi-loss]}}
+    with: {{metrics: {metrics}}}
   out:
     uses: publish
     input: anon

@@ -169,38 +169,12 @@ def test_a_third_party_algorithm_gets_the_cap_only_by_declaring_that_it_suppress
 
 
 def lattice_workflow(folder: Path, lattice: str, n: int = 400, metrics: str = "[k-anonymity]") -> Path:
-    hier = "\n".join(f"      {c}: {{arx: {ARX / f'adult_hierarchy_{c}.csv'}}}" for c in ("sex", "race", "education"))
-    path = folder / "wf.yaml"
-    path.write_text(f"""name: lattice-test
-seed: 3
-sources:
-  adult: {{path: {ARX / 'adult.csv'}, delimiter: ";"}}
-steps:
-  sample:
-    uses: sample
-    input: adult
-    with: {{n: {n}}}
-  typed:
-    uses: typing
-    input: sample
-    with: {{quasi: {{age: continuous, sex: nominal, race: nominal, education: nominal}},
-            sensitive: [occupation], label: [salary-class], others: drop}}
-  hier:
-    uses: hierarchy
-    input: typed
-    with:
-      age: {{interval: {{widths: [5, 10, 20], anchor: 0}}}}
-{hier}
-  anon:
-    uses: lattice
-    input: hier
-    with: {lattice}
-  scores:
-    uses: evaluate
-    input: [hier, anon]
-    with: {{metrics: {metrics}}}
-""")
-    return path
+    """test_lattice's workflow on n records of ARX's Adult: age in 5/10/20-year intervals, ARX's
+    hierarchies for sex, race and education."""
+    from .test_lattice import AGE, HIER
+    from .test_lattice import lattice_workflow as workflow
+
+    return workflow(folder, {**AGE, **HIER}, lattice, n, metrics)
 
 
 @pytest.mark.parametrize("lattice, why", [
