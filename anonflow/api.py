@@ -4,9 +4,10 @@ Everything a plugin needs is importable from here::
 
     from anonflow.api import Algorithm, Metric, Publisher, Param, StepContext, hookimpl
 
-A plugin object is an instance of one of the three base classes below, with a short stable
-``name`` (third parties prefix theirs: ``acme.discernibility``), a ``version``, a one-line
-``description`` and its declared ``params``.
+A plugin object is an instance of one of the four base classes below (``Algorithm``,
+``Metric``, ``Publisher``, ``HierarchyBuilder``), with a short stable ``name`` (third
+parties prefix theirs: ``acme.discernibility``), a ``version``, a one-line ``description``
+and its declared ``params``.
 """
 
 from __future__ import annotations
@@ -264,11 +265,13 @@ class Partition:
 
 @dataclass(frozen=True)
 class Output:
-    """One file written by a publisher."""
+    """One file written by a publisher: its path, sha256 and, for a table, its number of rows
+    (``rows=None`` for a file that is not a table, such as a manifest or a report; it is then
+    shown and stored without a row count)."""
 
     path: str
     sha256: str
-    rows: int
+    rows: int | None
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "sha256": self.sha256, "rows": self.rows}

@@ -1,8 +1,20 @@
-"""The built-in steps: ``typing``, ``evaluate`` and ``publish``.
+"""The built-in steps, the engine's own glue around the plugins (:data:`BUILTINS`).
 
-Algorithms, metrics and publishers are plugins; these three steps are the engine's own
-glue around them. Each declares its parameters like a plugin does, checks what it can
-before anything runs (:meth:`Builtin.validate`), and then runs on Arrow tables.
+* ``typing`` (:class:`TypingStep`): roles and types of the columns, the missing-value policy
+  (:data:`MISSING_CATEGORY`; common spellings of "missing", :data:`MISSING_SPELLINGS`, must
+  be declared), type inference (:func:`infer_type`), and the refusals that keep a table
+  publishable: undeclared columns that look like identifiers, column names a spreadsheet
+  would run as formulas;
+* ``filter`` and ``sample``: keep the records an SQL condition selects (sandboxed, see
+  :func:`anonflow.store.condition_mask`), or a seeded random sample;
+* ``hierarchy``: build generalization hierarchies with the hierarchy-builder plugins and
+  attach them to the table;
+* ``evaluate``: run metric plugins and privacy checks, with thresholds that fail the run;
+* ``publish``: hand the table, ordered by class (:func:`for_publication`), to a publisher
+  plugin.
+
+Each declares its parameters like a plugin does, checks what it can before anything runs
+(:meth:`Builtin.check_params`, :meth:`Builtin.validate`), and then runs on Arrow tables.
 """
 
 from __future__ import annotations

@@ -72,6 +72,27 @@ def _printable(value: Any) -> str:
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
+def _overrides_text(overrides: list, sep: str = " ") -> str:
+    """A run's ``--set`` overrides as the options that repeat it (values as YAML flow text,
+    shell-quoted where needed): ``grouped.k=10 --set 'anon.model_params={l: 3}'``."""
+    import shlex
+
+    import yaml
+
+    out = []
+    for step, param, value in overrides:
+        text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 30).strip()
+        if text.endswith("\n..."):  # a plain scalar: drop YAML's end-of-document marker
+            text = text[:-4].rstrip()
+        out.append(_printable(shlex.quote(f"{step}.{param}={text}")))
+    return sep.join(out)
+
+
+def _rows_text(rows: int | None) -> str:
+    """``"1080 rows, "`` for a published table; nothing for a file that is not one (rows None)."""
+    return "" if rows is None else f"{rows} rows, "
+
+
 def _display_path(path: str) -> str:
     try:
         return os.path.relpath(path)
@@ -157,7 +178,7 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
     if result.outputs:
         click.echo("outputs:")
         for out in result.outputs:
-            click.echo(f"  {_display_path(out['path'])}  ({out['rows']} rows, sha256 {out['sha256'][:16]}...)")
+            click.echo(f"  {_display_path(out['path'])}  ({_rows_text(out['rows'])}sha256 {out['sha256'][:16]}...)")
 
 
 # -- plan --------------------------------------------------------------------------------
@@ -263,6 +284,7 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
                 took = (r["finished_at"] - r["started_at"]).total_seconds() if r["finished_at"] else None
                 click.echo(f"{r['run_id']}  {r['status']:<9} {r['workflow']:<24} seed={r['seed']}"
                            + (f"  {took:.2f}s" if took is not None else "")
+                           + (f"  --set {_overrides_text(r['overrides'], ' --set ')}" if r["overrides"] else "")
                            + (f"  error: {r['error']}" if r["error"] else ""))
             return
         run_rec = store.run(run_id)
@@ -276,7 +298,7 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
         click.echo(f"  seed {run_rec['seed']}, workflow sha256 {run_rec['workflow_hash'][:16]}..., "
                    f"started {run_rec['started_at']}")
         if run_rec["overrides"]:
-            click.echo("  overrides: " + ", ".join(f"{s}.{p}={v!r}" for s, p, v in run_rec["overrides"]))
+            click.echo("  overrides: --set " + _overrides_text(run_rec["overrides"], " --set "))
         if run_rec["error"]:
             click.echo(f"  error: {run_rec['error']}")
         for s in detail["steps"]:
@@ -296,7 +318,7 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
         for key, value in detail["metrics"].items():
             click.echo(f"  metric {key} = {value:.6g}")
         for out in detail["outputs"]:
-            click.echo(f"  output {_display_path(out['path'])} ({out['rows']} rows, sha256 {out['sha256']})")
+            click.echo(f"  output {_display_path(out['path'])} ({_rows_text(out['rows'])}sha256 {out['sha256']})")
 
 
 @main.command()

@@ -6,7 +6,10 @@ included). A plugin module implements one or more of these hooks with
 the host: the plugin hands over plugin objects, the host keeps the registry, checks their
 declarations, and rejects duplicate names.
 
-Hooks are grouped by lifecycle phase, in the order the engine calls them.
+All four hooks are registration hooks: :class:`anonflow.plugins.Registry` calls each once,
+in the order below, when the registry is built (``tests/test_plugins.py`` checks that
+every hook declared here is called). Hooks of a later lifecycle phase would get a section
+of their own.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ hookspec = pluggy.HookspecMarker("anonflow")
 hookimpl = pluggy.HookimplMarker("anonflow")
 
 
-# -- registration: called once when the plugin manager is built --------------------------
+# -- registration: called once when the registry is built --------------------------------
 
 
 @hookspec

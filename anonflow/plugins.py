@@ -1,4 +1,5 @@
-"""The plugin manager and the registry of algorithms, metrics and publishers.
+"""The plugin manager and the registry of algorithms, metrics, publishers and hierarchy
+builders.
 
 Plugins are found through the ``anonflow`` entry-point group; anonflow's own first-party
 plugins are registered there too, so they load exactly like a third party's. Set

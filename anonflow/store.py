@@ -108,6 +108,10 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- column -> {"table": name of the hierarchy's data table, "builder": ...}
         ALTER TABLE af_tables ADD COLUMN hierarchies JSON;
     """),
+    ("published files that are not tables", """
+        -- rows is NULL for a file that is not a table (a release's manifest.json, report.html)
+        ALTER TABLE af_outputs ALTER COLUMN rows DROP NOT NULL;
+    """),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -636,7 +640,7 @@ class Store:
 
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:
         return self._status(self._dicts(
-            "SELECT run_id, workflow, workflow_path, seed, status, error, started_at, finished_at "
+            "SELECT run_id, workflow, workflow_path, seed, overrides, status, error, started_at, finished_at "
             "FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT ?", [limit]))
 
     def run(self, run_id: str) -> dict[str, Any]:

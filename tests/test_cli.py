@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -118,6 +119,92 @@ def test_runs_and_lineage_show_what_was_done(cli, project):
     assert source["inputs"][0]["sha256"] == sha(project / "data" / "sdcmicro" / "CASCrefmicrodata.csv")
     text = cli("lineage", "grouped", "--db", db).output
     assert '"k": 4' in text and "mdav" in text
+
+
+def test_runs_lists_each_runs_overrides_so_sweep_runs_differ(cli, project):
+    import shlex
+
+    wf = census_workflow(project)
+    db = project / "s.duckdb"
+    plain = run_json(cli, wf, "--db", db)
+    k3 = run_json(cli, wf, "--db", db, "--set", "grouped.k=3")
+    k10 = run_json(cli, wf, "--db", db, "--set", "grouped.k=10", "--set", "scores.metrics=[sse-il, k-anonymity]")
+    lines = {line.split()[0]: line for line in cli("runs", "--db", db).output.splitlines()}
+    assert lines[k3["run_id"]].endswith("  --set grouped.k=3")
+    assert lines[k10["run_id"]].endswith("  --set grouped.k=10 --set 'scores.metrics=[sse-il, k-anonymity]'")
+    assert "--set" not in lines[plain["run_id"]]
+    # what is shown repeats the run: the same options give the same step fingerprints (all cached)
+    line = lines[k10["run_id"]]
+    again = run_json(cli, wf, "--db", db, *shlex.split(line[line.index("--set"):]))
+    assert again["metrics"] == k10["metrics"]
+    assert {s["status"] for s in again["steps"] if s["uses"] != "publish"} == {"cached"}
+    # --json lists them as the run's detail records them
+    listed = {r["run_id"]: r for r in json.loads(cli("runs", "--db", db, "--json").output)}
+    assert listed[k3["run_id"]]["overrides"] == [["grouped", "k", 3]]
+    assert listed[plain["run_id"]]["overrides"] == []
+    for rid in (plain["run_id"], k3["run_id"], k10["run_id"]):
+        detail = json.loads(cli("runs", rid, "--db", db, "--json").output)
+        assert detail["run"]["overrides"] == listed[rid]["overrides"]
+    assert "  overrides: --set grouped.k=3\n" in cli("runs", k3["run_id"], "--db", db).output
+
+
+def _shown_outputs(text: str) -> dict[str, str]:
+    """Published file name -> what ``run`` or ``runs RUN_ID`` prints in brackets after it."""
+    shown = {}
+    for line in text.splitlines():
+        words = line.split()
+        if "sha256" in line and "(" in line:
+            path = words[1] if words[0] == "output" else words[0]
+            shown[Path(path).name] = line[line.index("(") + 1:]
+    return shown
+
+
+def test_files_that_are_not_tables_show_no_row_count(cli, project):
+    """A publisher says a file is not a table with ``Output(rows=None)``: ``run``, ``runs
+    RUN_ID`` and their --json show no row count for it (null in JSON), and a table's count."""
+    from anonflow.api import Output, Publisher, atomic_write
+
+    from .test_plugins import Provider, use
+
+    class TableAndNote(Publisher):
+        name = "test.table-and-note"
+
+        def publish(self, table, params, ctx):
+            data = ctx.resolve_output("t.csv")
+            note = ctx.resolve_output("t-note.txt")
+            d1 = atomic_write(data, lambda p: p.write_text("a\n" + "1\n" * table.num_rows))
+            d2 = atomic_write(note, lambda p: p.write_text("published by a test\n"))
+            return [Output(str(data), d1, table.num_rows), Output(str(note), d2, None)]
+
+    use(Provider(publishers=[TableAndNote()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("{publisher: parquet, path: census.parquet}",
+                                         "{publisher: test.table-and-note}"))
+    db = project / "s.duckdb"
+    out = run_json(cli, wf, "--db", db)
+    assert {Path(o["path"]).name: o["rows"] for o in out["outputs"]} == {"t.csv": 1080, "t-note.txt": None}
+    detail = json.loads(cli("runs", out["run_id"], "--db", db, "--json").output)
+    assert {Path(o["path"]).name: o["rows"] for o in detail["outputs"]} == {"t.csv": 1080, "t-note.txt": None}
+    for text in (cli("run", wf, "--db", db).output, cli("runs", out["run_id"], "--db", db).output):
+        shown = _shown_outputs(text)
+        assert shown["t.csv"].startswith("1080 rows, sha256 ")
+        assert shown["t-note.txt"].startswith("sha256 ")
+
+
+def test_a_releases_manifest_and_report_show_no_row_count(cli, project):
+    wf = census_workflow(project, extra="""
+        release: {uses: publish, input: grouped, with: {publisher: release, path: release}}
+    """)
+    db = project / "s.duckdb"
+    out = run_json(cli, wf, "--db", db)
+    rows = {Path(o["path"]).name: o["rows"] for o in out["outputs"]}
+    assert rows["manifest.json"] is None and rows["report.html"] is None
+    assert rows["published.parquet"] == rows["published.csv"] == 1080
+    for text in (cli("run", wf, "--db", db).output, cli("runs", out["run_id"], "--db", db).output):
+        shown = _shown_outputs(text)
+        assert shown["manifest.json"].startswith("sha256 ") and shown["report.html"].startswith("sha256 ")
+        assert shown["published.csv"].startswith("1080 rows, ")
+        assert not re.search(r"(?<![0-9])0 rows", text)
 
 
 def test_threshold_miss_fails_the_run_and_publishes_nothing(cli, project):

@@ -342,15 +342,26 @@ def test_dld_hand_example_with_ties():
     # record 2: distances 3 2 1 1 -> d(2) = 1 = own (records 2 and 3 tie) -> linked
     # record 3: distances 1.5 0.5 0.5 2.5 -> d(2) = 0.5 < own 2.5 -> not linked
     np.testing.assert_array_equal(linked_records(Zo, Zm), [True, True, True, False])
-    # a three-way tie at the second-nearest distance: all three count
+    # a three-way tie at the second-nearest distance: all three count. Record 2 is published
+    # at (0, 0): its distances to the originals (1, 0), (-1, 0), (0, 1) are 1, 1, 1 (its own
+    # is (0, 1)) and 7.07 to (5, 5), so d(1) = d(2) = 1 = own -> linked; records 0, 1 and 3
+    # are published unchanged (own distance 0) -> linked
     Zo = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])
-    Zm = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 0.0], [5.0, 5.0]])  # record 2 published at (0, 0)
+    Zm = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 0.0], [5.0, 5.0]])
     assert linked_records(Zo, Zm).tolist() == [True, True, True, True]
-    # a tie in exact arithmetic that floating point splits by one ulp
+    # a tie in exact arithmetic that floating point splits by one ulp. Record 1 is published
+    # at 0.3; by hand its distances to the originals 0.1, 0.5 (its own) and 0.31 are 0.2, 0.2
+    # and 0.01, so d(2) = 0.2 = own -> linked. In doubles 0.3 - 0.1 = 0.19999999999999998 and
+    # 0.5 - 0.3 = 0.2, so a comparison without the tie tolerance calls it not linked.
+    # Records 0 and 2 are published unchanged -> linked.
     Zo = np.array([[0.1], [0.5], [0.31]])
     Zm = np.array([[0.1], [0.3], [0.31]])
-    assert abs(0.3 - 0.5) > abs(0.3 - 0.1)  # 0.2 vs 0.19999999999999998: both 0.2 really
     assert linked_records(Zo, Zm).tolist() == [True, True, True]
+    # the tolerance absorbs rounding, not real gaps: with record 1's original at 0.5000001
+    # its own distance is 0.2000001 > d(2) = 0.2 (5e-7 relative) -> not linked; record 2's
+    # distances become 0, 0.1900001, 0.21 (own 0) -> still linked
+    Zo = np.array([[0.1], [0.5000001], [0.31]])
+    assert linked_records(Zo, Zm).tolist() == [True, False, True]
 
 
 def test_dld_metric_standardizes_by_the_original_and_reports_a_fraction():

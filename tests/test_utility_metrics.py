@@ -12,8 +12,9 @@ import pytest
 from anonflow.api import InputError
 from anonflow.testing import make_context, typed_table
 from anonflow_std.hierarchies import Intervals, Taxonomy
+from anonflow_std.common import entropy
 from anonflow_std.utility import (ClassificationAccuracy, EntropyLoss, GeneralizationRl, Loss, MiLoss, _codes,
-                                  entropy, mutual_information)
+                                  mutual_information)
 
 from .conftest import DATA
 
@@ -52,10 +53,35 @@ def test_entropy_and_mi_loss_weights_hand_computed():
     assert e["entropy-loss.weight.age"] == pytest.approx(4 / 7)
     assert e["entropy-loss"] == pytest.approx(4 / 7 / 3 + 3 / 7 * 5 / 12)
     m = MiLoss().compute(o, a, {"label": None}, make_context())
-    # MI(y; age) = H(y) = 1 bit; MI(y; color) = 1 - 1/2 * H(1/2, 1/2) = 0.5 bit
+    # SPEC section 6: w_i = MI(Y; X_i) / sum_j MI(Y; X_j), MI(Y; X) = H(Y) - H(Y|X), plug-in.
+    # y = a, a, b, b: H(y) = 1 bit. age = 20, 30, 40, 50 (all distinct): H(y|age) = 0, so
+    # MI(y; age) = 1. color = r, g, b, r with y = a, a, b, b: r -> {a, b} (p = 1/2, H = 1),
+    # g -> {a} and b -> {b} (H = 0): H(y|color) = 1/2, MI(y; color) = 1/2. Weights 1 / 1.5 and
+    # 0.5 / 1.5; Loss(age) = 1/3, Loss(color) = 5/12 (test above): 2/3 * 1/3 + 1/3 * 5/12.
     assert m["mi-loss.weight.age"] == pytest.approx(2 / 3)
     assert m["mi-loss.weight.color"] == pytest.approx(1 / 3)
     assert m["mi-loss"] == pytest.approx(2 / 9 + 5 / 36)
+
+
+def test_mi_loss_weights_hand_computed_when_no_attribute_determines_the_label():
+    """Eight records; neither weight is a simple fraction, so a wrong estimator cannot hit it."""
+    t = typed_table({"x1": list("ppppqqqq"), "x2": list("uuvwvwzz"), "y": list("aaababbb")},
+                    quasi={"x1": "nominal", "x2": "nominal"}, label={"y": "nominal"})
+    # counts: y = 4 a, 4 b -> H(Y) = 1 bit.
+    # x1: p -> (a, a, a, b), q -> (a, b, b, b): H(Y|x1) = 1/2 H(3/4, 1/4) + 1/2 H(1/4, 3/4)
+    #     = H(1/4, 3/4) = 1/4 * 2 + 3/4 * (2 - log2 3) = 2 - 3/4 log2 3 = 0.811278 bits,
+    #     MI(Y; x1) = 1 - H(Y|x1) = 3/4 log2 3 - 1 = 0.188722 bits.
+    # x2: u -> (a, a), v -> (a, a), w -> (b, b), z -> (b, b): every group pure, H(Y|x2) = 0,
+    #     MI(Y; x2) = H(Y) = 1 bit.
+    # w_1 = MI_1 / (MI_1 + MI_2) = (3/4 log2 3 - 1) / (3/4 log2 3) = 1 - 4 / (3 log2 3) = 0.158760
+    mi1 = 0.75 * np.log2(3) - 1
+    assert mutual_information(_codes(t.data.column("x1")), _codes(t.data.column("y"))) == pytest.approx(mi1, abs=1e-15)
+    assert mutual_information(_codes(t.data.column("x2")), _codes(t.data.column("y"))) == pytest.approx(1.0, abs=1e-15)
+    w = MiLoss().weights(t, ["x1", "x2"], None, {"label": None})
+    np.testing.assert_allclose(w, [1 - 4 / (3 * np.log2(3)), 4 / (3 * np.log2(3))], rtol=0, atol=1e-15)
+    assert w[0] == pytest.approx(0.158760, abs=1e-6)
+    # Entropy Loss on the same columns: H(x1) = 1 bit (4 + 4), H(x2) = 2 bits (2 + 2 + 2 + 2)
+    np.testing.assert_allclose(EntropyLoss().weights(t, ["x1", "x2"], None, {}), [1 / 3, 2 / 3], atol=1e-15)
 
 
 def test_generalization_rl_is_spec_section_5_relative_loss():
@@ -66,11 +92,68 @@ def test_generalization_rl_is_spec_section_5_relative_loss():
     assert v["generalization-rl"] == pytest.approx((4 * 11 + 8) / (4 * 31 + 4 * 4))
 
 
+def test_generalization_rl_and_relative_loss_are_one_computation():
+    """``generalization-rl`` (hierarchy labels, the lattice's objective) and L-clustering's
+    ``relative-loss`` (a published value read as the records carrying it) share SPEC section 5's
+    loss (kernels.generalized.attribute_loss) and "+1" unit (infer_resolution): with every leaf
+    of every hierarchy in the data they agree on every node of the lattice -- here a
+    continuous QI with one decimal (unit 0.1), an ordinal one (ranks) and a nominal one."""
+    import itertools
+
+    from anonflow.api import Attribute
+    from anonflow_std.lclustering import RelativeLoss
+
+    ctx = make_context()
+    w = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 1.0, 2.0]
+    edu = ["HS", "BSc", "MSc", "PhD", "HS", "BSc", "MSc", "PhD"]
+    color = ["r", "g", "b", "r", "g", "b", "r", "g"]
+    o = typed_table({"w": w, "edu": edu, "color": color},
+                    quasi={"w": "continuous", "edu": "ordinal", "color": "nominal"})
+    o = o.replace(typing=o.typing.replace([
+        Attribute(a.name, a.role, a.type, order=("HS", "BSc", "MSc", "PhD")) if a.name == "edu" else a
+        for a in o.typing.attributes]))
+    hs = {"w": Intervals().build("w", pa.array(w), {"widths": [1, 2], "anchor": 0}, ctx),
+          "edu": Taxonomy().build("edu", pa.array([]), {"tree": {"school": ["HS"], "uni": ["BSc", "MSc", "PhD"]}},
+                                  ctx),
+          "color": Taxonomy().build("color", pa.array([]), {"tree": {"warm": ["r"], "cold": ["g", "b"]}}, ctx)}
+    o = o.replace(hierarchies=hs)
+    nodes = list(itertools.product(*[range(hs[q].height + 1) for q in ("w", "edu", "color")]))
+    assert len(nodes) == 4 * 3 * 3
+    seen = set()
+    for node in nodes:
+        data = o.data
+        for q, level in zip(("w", "edu", "color"), node):
+            data = data.set_column(data.column_names.index(q), q, hs[q].generalize(data.column(q), level))
+        a = o.replace(data=data)
+        rl = GeneralizationRl().compute(o, a, {}, ctx)["generalization-rl"]
+        other = RelativeLoss().compute(o, a, {"weights": None, "resolution": None}, ctx)["relative-loss"]
+        assert rl == pytest.approx(other, rel=1e-12, abs=1e-15), node
+        seen.add(round(rl, 12))
+    assert len(seen) > 20  # the nodes really differ
+    # by hand, node (1, 1, 1): w in [1-2) -> [1.0, 1.5], L = (1.5 - 1.0 + 0.1) / 0.1 = 6 (records 1.0, 1.5,
+    # 1.0); [2-3) -> 6 (2.0, 2.5, 2.0); [3-4) -> 6 (3.0, 3.5); whole domain (3.5 - 1.0 + 0.1) / 0.1 = 26.
+    # edu: school = {HS} unchanged 0; uni = ranks [1, 3], L = 3 (6 records); whole domain 4.
+    # color: warm = {r} unchanged 0; cold = {g, b}, L = 2 (5 records); whole domain 3.
+    # RL = (8 * 6 + 6 * 3 + 5 * 2) / (8 * 26 + 8 * 4 + 8 * 3) = 76 / 264
+    data = o.data
+    for q in ("w", "edu", "color"):
+        data = data.set_column(data.column_names.index(q), q, hs[q].generalize(data.column(q), 1))
+    assert GeneralizationRl().compute(o, o.replace(data=data), {}, ctx)["generalization-rl"] == pytest.approx(76 / 264)
+
+
+def test_the_first_party_plugins_have_one_entropy():
+    from anonflow_std import common, maasae, utility
+
+    assert utility.entropy is maasae.entropy is common.entropy
+
+
 def test_plugin_estimators():
     x = np.array([0, 0, 1, 1, 2, 2])
-    assert entropy(x) == pytest.approx(np.log2(3))
-    assert mutual_information(x, np.array([0, 0, 1, 1, 0, 0])) == pytest.approx(
-        entropy(np.array([0, 0, 1, 1, 0, 0])))
+    assert entropy(np.bincount(x)) == pytest.approx(np.log2(3))  # three values, 2 records each
+    # y = 0, 0, 1, 1, 0, 0 is a function of x: MI = H(y) = H(4/6, 2/6) = log2 3 - 2/3 bits
+    assert mutual_information(x, np.array([0, 0, 1, 1, 0, 0])) == pytest.approx(np.log2(3) - 2 / 3, abs=1e-15)
+    # y = 0, 1, 0, 1, 0, 1 is independent of x (every x value holds one 0 and one 1): MI = 0
+    assert mutual_information(x, np.array([0, 1, 0, 1, 0, 1])) == pytest.approx(0.0, abs=1e-15)
     assert mutual_information(x, np.zeros(6, dtype=int)) == 0.0
 
 
@@ -101,12 +184,30 @@ SPEC_PLUGIN_MI = {  # SPEC section 6: the plug-in MI Loss weights on adult_full.
 }
 
 
+def independent_mi_weights(raw: pa.Table, quasi: list[str], label: str) -> dict[str, float]:
+    """MI Loss weights computed without anonflow: per QI the contingency table of (X_i, Y)
+    over the values as read, MI(Y; X_i) = sum_{x,y} p(x,y) log2(p(x,y) / (p(x) p(y))) (the
+    definition, not the H(X) + H(Y) - H(X,Y) identity the plugin uses), normalized to sum 1."""
+    _, y = np.unique(np.array([str(v) for v in raw.column(label).to_pylist()]), return_inverse=True)
+    mi = {}
+    for q in quasi:
+        _, x = np.unique(np.array([str(v) for v in raw.column(q).to_pylist()]), return_inverse=True)
+        joint = np.zeros((x.max() + 1, y.max() + 1))
+        np.add.at(joint, (x, y), 1.0)
+        p = joint / joint.sum()
+        indep = p.sum(axis=1, keepdims=True) * p.sum(axis=0, keepdims=True)
+        nz = p > 0
+        mi[q] = float((p[nz] * np.log2(p[nz] / indep[nz])).sum())
+    total = sum(mi.values())
+    return {q: v / total for q, v in mi.items()}
+
+
 def test_adult_weights_next_to_seed_004_table_2():
     raw = pacsv.read_csv(DATA / "adult" / "adult_full.csv")
     assert raw.num_rows == 45222
     t = typed_table({c: raw.column(c) for c in [*QI11, "income"]},
                     quasi={q: "nominal" for q in QI11}, label={"income": "nominal"})
-    h = np.array([entropy(_codes(t.data.column(q))) for q in QI11])
+    h = np.array([entropy(np.bincount(_codes(t.data.column(q)))) for q in QI11])
     y = _codes(t.data.column("income"))
     mi = np.array([mutual_information(_codes(t.data.column(q)), y) for q in QI11])
     ew = dict(zip(QI11, h / h.sum()))
@@ -119,6 +220,21 @@ def test_adult_weights_next_to_seed_004_table_2():
         assert abs(mw[q] - SPEC_PLUGIN_MI[q]) <= 0.001, q         # SPEC's plug-in values (3 decimals)
     # the paper's MI weights are not reproduced (SPEC section 6): capital-gain is far off
     assert abs(mw["capital-gain"] - PAPER["capital-gain"][1]) > 0.1
+
+
+def test_mi_loss_weights_on_adult_equal_an_independent_computation():
+    """The mi-loss metric's weights, typed as workflows/mi-loss-adult.yaml types Adult, equal
+    the contingency-table computation of :func:`independent_mi_weights` on the raw CSV."""
+    raw = pacsv.read_csv(DATA / "adult" / "adult_full.csv")
+    continuous = {"age", "education-num", "capital-gain", "hours-per-week"}
+    t = typed_table({c: raw.column(c) for c in [*QI11, "income"]},
+                    quasi={q: "continuous" if q in continuous else "nominal" for q in QI11},
+                    label={"income": "nominal"})
+    got = dict(zip(QI11, MiLoss().weights(t, QI11, None, {"label": None})))
+    want = independent_mi_weights(raw, QI11, "income")
+    for q in QI11:
+        assert got[q] == pytest.approx(want[q], rel=1e-9, abs=1e-12), q
+    assert want["capital-gain"] == pytest.approx(SPEC_PLUGIN_MI["capital-gain"], abs=0.001)
 
 
 # -- classification accuracy ------------------------------------------------------------------

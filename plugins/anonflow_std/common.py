@@ -1,4 +1,8 @@
-"""Helpers shared by the first-party plugins."""
+"""Helpers shared by the first-party plugins: the quasi-identifiers and the sensitive
+attribute a method needs (with the error messages that say how to fix the typing), z-scores,
+the plug-in :func:`entropy`, the missing-sensitive-value policy (:func:`missing_sensitive`,
+:func:`real_distinct`, :func:`real_counts`) and :func:`join_nearest` (leftover records
+joining the nearest class)."""
 
 from __future__ import annotations
 
@@ -36,6 +40,19 @@ def zscores(X: np.ndarray, names: Sequence[str]) -> tuple[np.ndarray, list[str]]
     constant = [n for n, s in zip(names, std) if s == 0]
     safe = np.where(std == 0, 1.0, std)
     return (X - mean) / safe, constant
+
+
+def entropy(counts: np.ndarray) -> float:
+    """Plug-in entropy in bits, -sum p log2 p, of the distribution given by ``counts`` (how
+    often each value occurs; zeros are ignored, no counts give 0). MAASAE's Ent(G) of the
+    sensitive values in a class (SPEC section 4, eq. 14) and the utility models' H(X) of a
+    column (SPEC section 6; ``np.bincount`` of its codes) both use it."""
+    c = np.asarray(counts, dtype=np.float64)
+    c = c[c > 0]
+    if c.size == 0:
+        return 0.0
+    p = c / c.sum()
+    return float(-(p * np.log2(p)).sum())
 
 
 def sensitive_attribute(table: TypedTable, plugin: str, given: str | None = None) -> str:

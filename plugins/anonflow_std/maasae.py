@@ -57,7 +57,7 @@ from anonflow.kernels.distance import centroids
 from anonflow.kernels.encode import Continuous, Encoded, Nominal, Ordinal, Semantic, encode
 
 from . import __version__
-from .common import join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
+from .common import entropy, join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
 
 __all__ = ["Maasae", "maasae_partition", "record_scores", "entropy", "apf", "OBJECTIVES"]
 
@@ -71,16 +71,6 @@ MAX_COUNTS = 1 << 26
 
 
 # -- the formulas of SPEC section 4, on plain numbers (also used by the tests) -------------
-
-
-def entropy(counts: np.ndarray) -> float:
-    """Ent(G) = -sum p_s log2 p_s from the counts of the sensitive values in G (eq. 14)."""
-    c = np.asarray(counts, dtype=np.float64)
-    c = c[c > 0]
-    if c.size == 0:
-        return 0.0
-    p = c / c.sum()
-    return float(-(p * np.log2(p)).sum())
 
 
 def apf(ea: float, ila: float) -> float:

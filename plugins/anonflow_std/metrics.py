@@ -1,4 +1,19 @@
-"""Utility metrics and privacy checks."""
+"""The two metrics of the first MDAV workflow, and the helpers other metric modules share.
+
+* ``sse-il`` (utility): information loss IL = 100 * SSE / SST of a microaggregated table on
+  the z-scored numeric quasi-identifiers (SPEC section 8).
+* ``k-anonymity`` (privacy check): the smallest class, by published QI values or by
+  ``_class`` (DuckDB SQL), and, for the ``lattice`` search, the same check on a
+  :class:`~anonflow.api.Partition` (``partition_holds``).
+* Helpers: :func:`aligned` (two inputs hold the same records in ``_row`` order),
+  :func:`numeric_columns` (the columns a record-by-record numeric metric compares; ``dld``
+  uses it) and :func:`sql_ident` (quote a column name for ``ctx.sql``).
+
+The other metrics live beside the algorithms they belong to: ``metrics_groups`` (per-class
+metrics, l-diversity, p-sensitive k-anonymity), ``alphak`` ((alpha,k) and (alpha_i,k) checks,
+sensitivity and reconstruction distances), ``utility`` (hierarchy losses, classification
+accuracy), ``lclustering`` (generalization and relative loss) and ``linkage`` (DLD).
+"""
 
 from __future__ import annotations
 

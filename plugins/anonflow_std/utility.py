@@ -20,9 +20,11 @@ level-0 values under it; the hierarchy defines the domain):
 * ``generalization-rl`` (seed 001, the L-incognito baseline): the relative loss RL of SPEC
   section 5 -- ordered attributes (continuous, ordinal) publish the interval
   [smallest, largest covered leaf], L = (b* - a* + res) / res when it is wider than the value
-  (res = 1 for integers, else the smallest gap between leaves; ordinal leaves are their
-  ranks); unordered ones publish the set of covered leaves, L = |set|; RL = sum of L over
-  records and QIs / the same sum with every QI generalized to its whole domain.
+  (res: 1 for integers, else the leaves' decimal step; ordinal leaves are their ranks);
+  unordered ones publish the set of covered leaves, L = |set|; RL = sum of L over records
+  and QIs / the same sum with every QI generalized to its whole domain. L and res are
+  L-clustering's (``attribute_loss``, ``infer_resolution``), so with every leaf in the data
+  it equals the ``relative-loss`` metric (:func:`rl_widths`).
 
 Each metric is a weighted mean of per-(level, label) widths in [0, 1], which is what the
 lattice search needs to score nodes from integer codes alone: :meth:`HierarchyLoss.model`.
@@ -39,8 +41,11 @@ import pyarrow.compute as pc
 
 from anonflow.api import CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable
 from anonflow.hierarchy import value_keys
+from anonflow.kernels.generalized import Domain, Generalized, attribute_loss
 
 from . import __version__
+from .common import entropy
+from .lclustering import infer_resolution
 from .metrics import aligned
 
 # -- hierarchies as integer codes ------------------------------------------------------
@@ -141,32 +146,42 @@ def iyengar_widths(lv: Levels, attr: Attribute | None) -> list[np.ndarray]:
     return out
 
 
-def resolution(pos: np.ndarray) -> float:
-    """The "+1" unit of SPEC section 5: 1 for integers, else the smallest gap between values."""
-    if pos.size == 0 or np.all(np.mod(pos, 1) == 0):
-        return 1.0
-    gaps = np.diff(np.unique(pos))
-    return float(gaps.min()) if gaps.size else 1.0
-
-
 def rl_widths(lv: Levels, attr: Attribute | None) -> tuple[list[np.ndarray], float]:
     """SPEC section 5 loss of each label, divided by the loss of the whole domain, and the
-    whole domain's loss per record (the attribute's weight in RL)."""
+    whole domain's loss per record (the attribute's weight in RL).
+
+    One implementation with the ``relative-loss`` metric: the loss of publishing a label is
+    :func:`anonflow.kernels.generalized.attribute_loss` of a leaf under it generalized to the
+    label's interval [a*, b*] of covered leaf positions (ordered attributes, "+1" unit
+    :func:`~anonflow_std.lclustering.infer_resolution` of the leaves) or set of covered leaves
+    (unordered) -- the same for every leaf under the label. The domain is the hierarchy's
+    leaves, where ``relative-loss`` reads the records' values (equal when every leaf occurs).
+    """
     pos = lv.positions(attr) if attr is not None and attr.type in ("continuous", "ordinal") else None
-    out = []
-    if pos is not None:
-        res = resolution(pos)
-        span = float(pos.max() - pos.min()) if pos.size else 0.0
-        full = span + res
-        for level in range(lv.height + 1):
-            lo, hi = lv.ranges(level, pos)
-            out.append(np.where(hi > lo, (hi - lo + res) / full, 0.0))
-        return out, (full / res if span > 0 else 0.0)
     m = lv.n_leaves
+    if m == 0:
+        return [np.zeros(c) for c in lv.cards], 0.0
+    if pos is not None:
+        domain = Domain(res=[infer_resolution(pos)], dmin=[pos.min()], dmax=[pos.max()],
+                        card=np.zeros(0, np.int64))
+        leaves = Generalized.from_records(pos[:, None], None, domain)
+    else:
+        domain = Domain(res=np.zeros(0), dmin=np.zeros(0), dmax=np.zeros(0), card=[m])
+        leaves = Generalized.from_records(None, np.arange(m)[:, None], domain)
+
+    def loss(x: Generalized, xstar: Generalized) -> np.ndarray:
+        return attribute_loss(x, xstar, domain)[0 if pos is not None else 1][:, 0]
+
+    full = float(loss(leaves[:1], Generalized.full(domain))[0])
+    out = []
     for level in range(lv.height + 1):
-        n = lv.leaves(level)
-        out.append(np.where(n > 1, n / m, 0.0))
-    return out, (float(m) if m > 1 else 0.0)
+        codes = lv.codes[level]
+        # the labels' generalized values (row c: label code c, as every code occurs) and a leaf under each
+        labels = Generalized.from_labels(leaves, codes)
+        under = np.empty(lv.cards[level], dtype=np.int64)
+        under[codes[::-1]] = np.arange(m)[::-1]
+        out.append(loss(leaves[under], labels) / full if full > 0 else np.zeros(lv.cards[level]))
+    return out, full
 
 
 # -- entropy and mutual information ------------------------------------------------------
@@ -177,17 +192,12 @@ def _codes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def entropy(codes: np.ndarray) -> float:
-    """Plug-in entropy (bits) of a column given as integer codes."""
-    counts = np.bincount(codes)
-    p = counts[counts > 0] / codes.size
-    return float(-(p * np.log2(p)).sum())
-
-
 def mutual_information(x: np.ndarray, y: np.ndarray) -> float:
-    """Plug-in MI(Y; X) = H(Y) - H(Y|X) = H(X) + H(Y) - H(X, Y) (bits)."""
+    """Plug-in MI(Y; X) = H(Y) - H(Y|X) = H(X) + H(Y) - H(X, Y) (bits) of two columns given
+    as integer codes."""
     joint = x * (int(y.max()) + 1) + y
-    return max(0.0, entropy(x) + entropy(y) - entropy(np.unique(joint, return_inverse=True)[1]))
+    return max(0.0, entropy(np.bincount(x)) + entropy(np.bincount(y))
+               - entropy(np.unique(joint, return_counts=True)[1]))
 
 
 def label_column(table: TypedTable, given: str | None, plugin: str) -> str:
@@ -348,7 +358,7 @@ class EntropyLoss(HierarchyLoss):
                    "the original values.")
 
     def weights(self, table, quasi, levels, params):
-        h = np.array([entropy(_codes(table.data.column(q))) for q in quasi])
+        h = np.array([entropy(np.bincount(_codes(table.data.column(q)))) for q in quasi])
         return h / h.sum() if h.sum() > 0 else np.full(len(quasi), 1.0 / len(quasi))
 
 
