@@ -639,7 +639,10 @@ class Lattice(Algorithm):
             # a metric that counts suppressed records (ctx.suppressed) is compared on that value,
             # so a node cannot win by suppressing the records it would represent badly
             value = float(result.get(f"{utility.name}.with_suppressed", result[utility.name]))
-            better = best_value is None or (value > best_value if maximize else value < best_value)
+            # values equal up to rounding tie (the earlier candidate, the lower node, keeps it): two
+            # nodes of exactly equal value can come out a few ulps apart from different summations
+            slack = 1e-12 * max(1.0, abs(best_value)) if best_value is not None else 0.0
+            better = best_value is None or (value > best_value + slack if maximize else value < best_value - slack)
             if better:
                 best, best_value = int(idx), value
         return best, float(best_value), len(candidates)
