@@ -1,6 +1,9 @@
 """Trusting a release someone else made (issue 12): a confined ``verify --rerun``, Ed25519
 signatures, every CSV checked against its Parquet partner, CSV formula injection, and the
-two k figures of a lossy-join release.
+two k figures of a lossy-join release; and (issue 13) what verify must catch, each test in
+section 7 failing for a one-line mutant of verify or of the release publisher that the other
+tests let through (the workflow text against its sha256, manifest fields added or removed,
+unlisted files of any kind, row counts, each claimed model, inclusive thresholds, ...).
 
 Every run passes ``--out-dir`` and names publish paths relative to it."""
 
@@ -10,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -36,15 +40,17 @@ def released(cli, project: Path, extra: str = RELEASE) -> Path:
     return project / "out" / "release"
 
 
-def forge(rel: Path, edit) -> None:
+def forge(rel: Path, edit, workflow_sha256: bool = True) -> None:
     """Edit the manifest as an attacker would: ``edit(manifest)``, then recompute every digest
-    (the workflow text's, each file's, the integrity block) so that it is consistent on its face."""
+    (the workflow text's, each file's, the integrity block) so that it is consistent on its face.
+    ``workflow_sha256=False``: all but the workflow text's (a forger who forgets that one)."""
     from anonflow_std.release import integrity, manifest_bytes
 
     path = rel / "manifest.json"
     m = json.loads(path.read_text())
     edit(m)
-    m["workflow"]["sha256"] = sha(m["workflow"]["text"].encode())
+    if workflow_sha256:
+        m["workflow"]["sha256"] = sha(m["workflow"]["text"].encode())
     for f in m["files"]:
         f["sha256"] = sha((rel / f["path"]).read_bytes())
     m["integrity"] = integrity(m)
@@ -622,7 +628,7 @@ def test_rerun_never_reads_a_source_that_is_not_a_regular_file_inside_the_workfl
 def test_rerun_hashes_a_source_before_copying_it(cli, project, scratch_root, monkeypatch):
     """A source whose sha256 does not match is never copied into the scratch folder; a match is
     hashed again as copied."""
-    from anonflow_std import release as release_mod
+    from anonflow_std import verify as verify_mod
 
     rel = released(cli, project)
     src = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
@@ -635,7 +641,7 @@ def test_rerun_hashes_a_source_before_copying_it(cli, project, scratch_root, mon
             opened.append(str(path))
         return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(release_mod.os, "open", spy)
+    monkeypatch.setattr(verify_mod.os, "open", spy)
     code, result = verify(cli, rel, "--rerun")
     assert code == 1
     assert any(f.startswith("source census: data/sdcmicro/CASCrefmicrodata.csv has changed") for f in failures(result))
@@ -725,7 +731,7 @@ def test_verify_applies_the_evaluate_steps_thresholds_to_the_published_files(cli
 
 @pytest.mark.parametrize("entry", ["report.html", "manifest.sig", "manifest.json", "unlisted", "fifo", "folder"])
 def test_verify_opens_only_regular_files_of_a_release(cli, project, tmp_path, entry, monkeypatch):
-    from anonflow_std import release as release_mod
+    from anonflow_std import verify as verify_mod
 
     if entry == "manifest.sig":
         rel, _ = signed_release(cli, project)
@@ -761,8 +767,8 @@ def test_verify_opens_only_regular_files_of_a_release(cli, project, tmp_path, en
         (rel / "sub").mkdir()
         expect = "file sub: is a directory, not a regular file: not opened"
     hashed = []
-    real = release_mod.regular_sha256
-    monkeypatch.setattr(release_mod, "regular_sha256", lambda p: hashed.append(Path(p).name) or real(p))
+    real = verify_mod.regular_sha256
+    monkeypatch.setattr(verify_mod, "regular_sha256", lambda p: hashed.append(Path(p).name) or real(p))
     code, result = verify(cli, rel)
     assert code == 1
     bad = failures(result)
@@ -945,4 +951,194 @@ def test_a_sweep_with_one_metric_publishes_a_release_without_a_plot(cli, project
     page = (project / "o7" / "release" / "report.html").read_text()
     assert "No plot: the sweep has no pair of metrics" in page
     code, result = verify(cli, project / "o7" / "release")
+    assert code == 0, failures(result)
+
+
+# -- 7. what verify must catch: each test below fails for a hand-made one-line mutant of verify or
+#       of the release publisher that the tests above let through (issue 13) -------------------------
+
+
+def copies(rel: Path, names) -> dict[str, Path]:
+    """A copy of the release ``rel`` per name, beside it: one run, one forgery per copy."""
+    out = {}
+    for name in names:
+        out[name] = rel.parent / f"{rel.name}-{name}"
+        shutil.copytree(rel, out[name])
+    return out
+
+
+def test_verify_checks_the_workflow_text_against_its_sha256(cli, project):
+    """The recorded workflow text edited and every digest recomputed but workflow.sha256's."""
+    rel = released(cli, project)
+    forge(rel, lambda m: m["workflow"].__setitem__("text", m["workflow"]["text"].replace("{k: 5}", "{k: 2}")),
+          workflow_sha256=False)
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    assert len(bad) == 1 and bad[0].startswith("manifest field workflow.text: sha256 ") and \
+        "but workflow.sha256 records" in bad[0], bad
+
+
+#: a field added to or removed from the manifest, at the two levels its digests cover
+EDITS = {
+    "versions.extra": (lambda m: m["versions"].__setitem__("extra", "1.0"), "added"),
+    "versions.duckdb": (lambda m: m["versions"].pop("duckdb"), "removed"),
+    "note": (lambda m: m.__setitem__("note", "verified by hand"), "added"),
+    "sweep": (lambda m: m.pop("sweep"), "removed"),
+}
+
+
+def test_verify_names_a_manifest_field_added_or_removed(cli, project):
+    """Digests left as recorded: the field digests name what was added or removed."""
+    rel = released(cli, project)
+    for field, folder in copies(rel, EDITS).items():
+        edit, how = EDITS[field]
+        path = folder / "manifest.json"
+        m = json.loads(path.read_text())
+        edit(m)
+        path.write_text(json.dumps(m, indent=2, sort_keys=True))
+        code, result = verify(cli, folder)
+        assert code == 1
+        bad = failures(result)
+        assert f"manifest field {field}: was {how} after the release was written" in bad, (field, bad)
+
+
+#: fields added or removed with every digest recomputed: the manifest's schema names them
+SCHEMA_EDITS = {
+    "note": (lambda m: m.__setitem__("note", "verified by hand"), "is not a field of"),
+    "workflow.url": (lambda m: m["workflow"].__setitem__("url", "https://example.org"), "is not a field of"),
+    "files[0].note": (lambda m: m["files"][0].__setitem__("note", "the real data"), "is not a field of"),
+    "sweep": (lambda m: m.pop("sweep"), "is missing:"),
+    "signature": (lambda m: m.pop("signature"), "is missing:"),
+    "release.claims": (lambda m: m["release"].pop("claims"), "is missing:"),
+    "files[1].rows": (lambda m: m["files"][1].pop("rows"), "is missing:"),
+}
+
+
+def test_verify_names_a_field_the_manifest_schema_does_not_have_or_lacks(cli, project):
+    rel = released(cli, project)
+    for field, folder in copies(rel, SCHEMA_EDITS).items():
+        edit, how = SCHEMA_EDITS[field]
+        forge(folder, edit)
+        code, result = verify(cli, folder)
+        assert code == 1
+        bad = failures(result)
+        assert any(f.startswith(f"manifest field {field}: {how}") and "a schema_version 1 manifest" in f
+                   for f in bad), (field, bad)
+
+
+def test_verify_checks_the_whole_manifest_digest(cli, project):
+    """Each field's digest recomputed, the whole manifest's not."""
+    from anonflow_std.release import integrity, manifest_bytes
+
+    rel = released(cli, project)
+    path = rel / "manifest.json"
+    m = json.loads(path.read_text())
+    m["seed"] += 1
+    m["integrity"]["fields"] = integrity(m)["fields"]
+    path.write_bytes(manifest_bytes(m))
+    code, result = verify(cli, rel)
+    assert code == 1
+    assert failures(result) == ["manifest: digest of the whole manifest does not match integrity.manifest"]
+
+
+def test_verify_names_every_unlisted_file_whatever_its_kind(cli, project):
+    """Another data file, report or manifest beside the listed ones (the same bytes as a listed file)."""
+    rel = released(cli, project)
+    added = {"published-2.parquet": "published.parquet", "published-2.csv": "published.csv",
+             "index.html": "report.html", "manifest.json.bak": "manifest.json", ".published.csv": "published.csv"}
+    for name, like in added.items():
+        (rel / name).write_bytes((rel / like).read_bytes())
+    code, result = verify(cli, rel)
+    assert code == 1
+    assert sorted(failures(result)) == sorted(f"file {name}: is not listed in the manifest" for name in added)
+
+
+def test_verify_compares_each_files_rows_with_the_manifest(cli, project):
+    rel = released(cli, project)
+
+    def edit(m):
+        for f in m["files"]:
+            if f["format"] in ("parquet", "csv"):
+                f["rows"] = 1079
+
+    forge(rel, edit)
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    for i, name in enumerate(("published.parquet", "published.csv")):
+        assert f"file {name}: holds 1080 rows; manifest files[{i}].rows records 1079" in bad, bad
+
+
+def test_verify_checks_each_claimed_model_with_its_claimed_parameters(cli, tmp_path):
+    """Two claimed models, an evaluate step checking both with weaker parameters: published data
+    made to break both claims (a class of one record) fails both, each named."""
+    wf = formula_project(tmp_path)
+    text = wf.read_text()
+    assert text.count("\n  plain:\n") == 1
+    wf.write_text(text.replace("\n  plain:\n", (
+        "\n  scores:\n    uses: evaluate\n    input: [typed, grouped]\n"
+        "    with: {metrics: [{alpha-k-anonymity: {k: 1, alpha: 1.0}}, {k-anonymity: {k: 1}}]}\n"
+        "  plain:\n")))
+    run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "o")
+    rel = tmp_path / "o" / "flat"
+    code, result = verify(cli, rel)
+    assert code == 0, failures(result)
+    held = [i["what"] for i in result["findings"] if i["what"].startswith("claimed model")]
+    assert held == ['claimed model alpha-k-anonymity (alpha=0.5, k=3, release.claims)',
+                    'claimed model k-anonymity (by="class", k=3, release.claims)'], held
+
+    def alone(t):   # the first record in a class of its own
+        cls = t.column("_class").to_pylist()
+        cls[0] = max(cls) + 1
+        return t.set_column(t.column_names.index("_class"), "_class", pa.array(cls, t.schema.field("_class").type))
+
+    _rewrite(rel, "published", alone)
+    forge(rel, lambda m: None)
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    for label in held:
+        assert any(f.startswith(f"{label}: does not hold on the published files") for f in bad), (label, bad)
+
+
+def test_a_release_whose_checks_do_not_hold_on_its_files_is_refused(cli, project):
+    """With enforce: false the run goes on past a failing check; the release publisher still refuses."""
+    wf = census_workflow(project, extra=RELEASE)
+    wf.write_text(wf.read_text().replace("with: {metrics: [sse-il, k-anonymity]}",
+                                         "with: {metrics: [sse-il, {k-anonymity: {k: 10}}], enforce: false}"))
+    res = cli("run", wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
+    assert res.exit_code == 1, res.output
+    assert "release: privacy check(s) do not hold on the published files: k-anonymity (k-anonymity = 5" in res.output
+    assert not (project / "out" / "release").exists()
+
+
+def test_a_signature_by_a_key_the_manifest_does_not_record_fails(cli, project):
+    """The manifest's key fingerprint forged and the manifest re-signed by the same key."""
+    from cryptography.hazmat.primitives import serialization
+
+    rel, pub = signed_release(cli, project)
+    forge(rel, lambda m: m["signature"].__setitem__("public_key_sha256", "0" * 64))
+    key = serialization.load_pem_private_key((project / "keys" / "release.key").read_bytes(), password=None)
+    (rel / "manifest.sig").write_bytes(base64.b64encode(key.sign((rel / "manifest.json").read_bytes())) + b"\n")
+    code, result = verify(cli, rel, "--key", pub)
+    assert code == 1 and result["signature"]["status"] == "invalid"
+    assert any(f.startswith("signature: the manifest records public key sha256 0000000000000000..., but it verifies "
+                            "under ") for f in failures(result)), failures(result)
+
+
+def test_a_metric_exactly_at_its_thresholds_passes_and_the_release_verifies(cli, project):
+    """Thresholds are inclusive (``min <= value <= max``) in the manifest's verdicts, in the
+    publisher's own re-check and in verify: k = 5 with min 5, no violating class with max 0."""
+    wf = census_workflow(project, extra=RELEASE)
+    wf.write_text(wf.read_text().replace(
+        "with: {metrics: [sse-il, k-anonymity]}",
+        "with: {metrics: [sse-il, k-anonymity], thresholds: {k-anonymity: {min: 5}, "
+        "k-anonymity.violating_classes: {max: 0}}}"))
+    run_json(cli, wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
+    rel = project / "out" / "release"
+    m = json.loads((rel / "manifest.json").read_text())
+    verdicts = {x["name"]: (x["value"], x["passed"]) for x in m["metrics"] if x["threshold"]}
+    assert verdicts == {"k-anonymity": (5.0, True), "k-anonymity.violating_classes": (0.0, True)}, verdicts
+    code, result = verify(cli, rel)
     assert code == 0, failures(result)

@@ -9,24 +9,29 @@ run ids or absolute paths, and its plots are inline SVG drawn with matplotlib (A
 Sections: privacy guarantees and their check results, the class-size distribution,
 per-attribute information loss, the metrics with their thresholds, utility vs risk across a
 parameter sweep (when the store holds one), and the run's lineage graph.
+
+This module builds the page and computes what it shows: the parameter sweep (:func:`sweep`,
+which the release manifest records too), class sizes, per-attribute loss, the plots and the
+lineage graph. Which privacy checks apply to the released table, and running them, is
+:mod:`anonflow_std.checks`; ``anonflow verify`` is :mod:`anonflow_std.verify`.
 """
 
 from __future__ import annotations
 
 import html
 import io
-import json
 import math
 from typing import Any, Mapping
 
 import networkx as nx
 import numpy as np
 
-from anonflow.api import CLASS, ROW, InputError, RunInfo, StepContext, TypedTable
+from anonflow.api import CLASS, ROW, InputError, RunInfo, TypedTable
 from anonflow.builtins import metric_entries
-from anonflow.params import ParamError, validate_params
+from anonflow.lineage import canonical_json
 
 from . import __version__
+from .checks import clean_number, planned_checks, run_check, scratch_context
 from .metrics import sql_ident
 
 #: the rule that picks the runs of a parameter sweep (also shown on the page and in docs/releases.md)
@@ -54,10 +59,6 @@ code{font-size:.85rem;background:#f2f5f8;padding:0 .2rem;border-radius:3px;overf
 # -- small helpers -----------------------------------------------------------------------
 
 
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-
-
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
@@ -80,9 +81,9 @@ def _verdict(value: bool | None) -> str:
     return '<span class="pass">pass</span>' if value else '<span class="fail">FAIL</span>'
 
 
-def _params_text(params: Mapping[str, Any] | None) -> str:
+def params_text(params: Mapping[str, Any] | None) -> str:
     shown = {k: v for k, v in (params or {}).items() if v is not None}
-    return ", ".join(f"{k}={canonical(v)}" for k, v in sorted(shown.items())) or "defaults"
+    return ", ".join(f"{k}={canonical_json(v)}" for k, v in sorted(shown.items())) or "defaults"
 
 
 def shown_params(s: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,10 +97,10 @@ def shown_params(s: Mapping[str, Any]) -> dict[str, Any]:
 
 def _sort_key(value: Any) -> tuple:
     if isinstance(value, bool) or value is None:
-        return (1, canonical(value))
+        return (1, canonical_json(value))
     if isinstance(value, (int, float)):
         return (0, float(value))
-    return (1, canonical(value))
+    return (1, canonical_json(value))
 
 
 # -- what the page is about --------------------------------------------------------------
@@ -158,67 +159,6 @@ def headline_metrics(info: RunInfo, registry: Any) -> dict[str, str]:
     return out
 
 
-def planned_checks(info: RunInfo, released: dict[str, Any] | None, claims: Mapping[str, Any],
-                   registry: Any) -> list[dict[str, Any]]:
-    """The privacy checks that apply to the released table: each privacy metric of an
-    evaluate step whose (anonymized) input is that table, with its parameters, then each
-    privacy model the producing algorithm claims that no evaluate step checked (default
-    parameters: the check reads the claim). ``evaluated`` names the evaluate step, if any."""
-    out: list[dict[str, Any]] = []
-    seen: set[tuple[str, str]] = set()
-    if released is None:
-        return out
-    for s in info.steps:
-        if s["kind"] != "evaluate" or not s.get("inputs") or s["inputs"][-1].get("hash") != released["output_hash"]:
-            continue
-        for name, given in metric_entries((s["params"] or {}).get("metrics") or [], where=s["step"]):
-            if not registry.has("metric", name):
-                continue
-            reg = registry.get("metric", name)
-            if reg.obj.category != "privacy":
-                continue
-            params = validate_params(reg.obj.params, given)
-            if (name, canonical(params)) in seen:
-                continue
-            seen.add((name, canonical(params)))
-            out.append({"check": name, "params": params, "evaluated": s["step"],
-                        "plugin": {"distribution": reg.distribution, "version": reg.version},
-                        "recheck": not reg.obj.requires_original})
-    for name in sorted(claims):
-        if any(c["check"] == name for c in out) or not registry.has("metric", name):
-            continue
-        reg = registry.get("metric", name)
-        if reg.obj.category != "privacy" or reg.obj.requires_original:
-            continue
-        try:
-            params = validate_params(reg.obj.params, {})
-        except ParamError:
-            continue
-        out.append({"check": name, "params": params, "evaluated": None,
-                    "plugin": {"distribution": reg.distribution, "version": reg.version}, "recheck": True})
-    return out
-
-
-def scratch_context(info_sql: Any, workflow_dir: Any, step: str = "check") -> StepContext:
-    """A context for running a metric outside a workflow step (notes are discarded)."""
-    return StepContext(step=step, seed=0, rng=np.random.default_rng(0), workflow_dir=workflow_dir,
-                       output_dir=workflow_dir, sql=info_sql)
-
-
-def run_check(check: Mapping[str, Any], table: TypedTable, registry: Any, ctx: StepContext) -> dict[str, Any]:
-    """Run one recorded check through the registry, as an evaluate step would."""
-    reg = registry.get("metric", check["check"])
-    params = validate_params(reg.obj.params, check["params"])
-    reg.obj.check(params, anonymized=table)
-    result = reg.obj.compute(None, table, params, ctx)
-    return {k: clean_number(v) for k, v in sorted(result.items())}
-
-
-def clean_number(value: Any) -> float | None:
-    v = float(value)
-    return None if math.isnan(v) or math.isinf(v) else v
-
-
 # -- the sweep ----------------------------------------------------------------------------
 
 
@@ -234,11 +174,11 @@ def sweep(info: RunInfo, registry: Any) -> dict[str, Any] | None:
     common = set.intersection(*(set(p.get("params") or {}) for p in points))
     latest: dict[str, dict[str, Any]] = {}
     for p in points:
-        key = canonical({k: p["params"][k] for k in sorted(common)})
+        key = canonical_json({k: p["params"][k] for k in sorted(common)})
         latest.pop(key, None)
         latest[key] = p
     pts = list(latest.values())
-    varying = sorted(k for k in common if len({canonical(p["params"][k]) for p in pts}) > 1)
+    varying = sorted(k for k in common if len({canonical_json(p["params"][k]) for p in pts}) > 1)
     if len(pts) < 2 or not varying:
         return None
     cats = headline_metrics(info, registry)
@@ -437,7 +377,7 @@ def sweep_plot(sw: Mapping[str, Any]) -> str:
     rows_n = math.ceil(len(pairs) / cols)
 
     def label(p: Mapping[str, Any]) -> str:
-        return ", ".join(f"{k.split('.', 1)[-1]}={canonical(v)}" for k, v in p["params"].items())
+        return ", ".join(f"{k.split('.', 1)[-1]}={canonical_json(v)}" for k, v in p["params"].items())
 
     def draw(fig):
         fig.subplots_adjust(left=0.6 / (5.0 * cols), right=0.97, bottom=0.55 / (3.6 * rows_n) + 0.02,
@@ -553,7 +493,7 @@ def render(info: RunInfo, registry: Any) -> str:
                  f"<p>Workflow file <code>{_e(wf_file)}</code> (sha256 <code>{_e(run['workflow_hash'])}</code>), "
                  f"seed {_e(run['seed'])}"
                  + (", parameters set on the command line: " + ", ".join(
-                     f"<code>{_e(s)}.{_e(p)}={_e(canonical(v))}</code>" for s, p, v in overrides) if overrides else "")
+                     f"<code>{_e(s)}.{_e(p)}={_e(canonical_json(v))}</code>" for s, p, v in overrides) if overrides else "")
                  + ". Published step: "
                  + (f"<code>{_e(released['step'])}</code> ({_e(released['uses'])}, {_e(released['rows'])} records"
                     + _suppressed_text(released) + ")" if released else "none")
@@ -580,9 +520,9 @@ def render(info: RunInfo, registry: Any) -> str:
                 result, origin = {}, f"the algorithm's claim (cannot be checked: {_e(exc)})"
         holds = result.get(f"{c['check']}.holds")
         detail = ", ".join(f"{_e(k)} = {_num(v)}" for k, v in result.items() if k != f"{c['check']}.holds")
-        rows.append([f"<code>{_e(c['check'])}</code>", _e(_params_text(c["params"])), origin, detail,
+        rows.append([f"<code>{_e(c['check'])}</code>", _e(params_text(c["params"])), origin, detail,
                      _verdict(None if holds is None else holds == 1.0)])
-    claim_text = "; ".join(f"<code>{_e(k)}</code> {_e(_params_text(v))}" for k, v in sorted(claims.items()))
+    claim_text = "; ".join(f"<code>{_e(k)}</code> {_e(params_text(v))}" for k, v in sorted(claims.items()))
     kfig = ""
     if layout == "lossy-join" and table is not None and CLASS in table.columns:
         from .lossyjoin import K_MEANING, k_figures
@@ -657,7 +597,7 @@ def render(info: RunInfo, registry: Any) -> str:
     # sweep
     sw = sweep(info, registry)
     if sw and sw["metrics"]:
-        prow = [[_e(canonical(p["params"][k])) for k in sw["parameters"]] + [_num(p["metrics"][m]) for m in sw["metrics"]]
+        prow = [[_e(canonical_json(p["params"][k])) for k in sw["parameters"]] + [_num(p["metrics"][m]) for m in sw["metrics"]]
                 for p in sw["points"]]
         body = (_table([*sw["parameters"], *sw["metrics"]], prow,
                        numeric=set(range(len(sw["parameters"]), len(sw["parameters"]) + len(sw["metrics"]))))
@@ -676,8 +616,8 @@ def render(info: RunInfo, registry: Any) -> str:
             src = next((x for x in info.sources if x["name"] == s["step"]), {})
             ptext = f"sha256 {(src.get('sha256') or '')[:16]}, {len(src.get('columns') or [])} columns"
         else:
-            ptext = _params_text({k: v for k, v in params.items() if not isinstance(v, (dict, list)) or len(
-                canonical(v)) <= 80})
+            ptext = params_text({k: v for k, v in params.items() if not isinstance(v, (dict, list)) or len(
+                canonical_json(v)) <= 80})
         srows.append([_e(s["step"]), _e(s["kind"]), _e(f"{s['uses']} {s.get('plugin_version') or ''}"), _e(ptext),
                       f"<code>{_e(s['output_hash'][:16])}</code>" if s.get("output_hash") else "&ndash;",
                       _num(s.get("rows")) + _suppressed_text(s)])
