@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import json
 import math
 import os
 import platform
@@ -20,11 +20,13 @@ from .api import Output, RunInfo, StepContext, file_sha256, flat_params, suppres
 from .builtins import BUILTINS
 from .dag import Node, Plan, build_plan
 from .errors import AnonflowError, InputError, PluginError, RunError
+from .lineage import canonical_json
 from .plugins import Registry, get_registry
 from .schema import CLASS, ROW
 from .spec import WorkflowSpec
 from .store import SCHEMA_VERSION, Artifact, Store
 from .outputs import inside
+from .params import ParamError, validate_params
 from .table import TypedTable
 
 if TYPE_CHECKING:
@@ -74,10 +76,6 @@ def versions(registry: Registry) -> dict[str, Any]:
         "pluggy": pluggy.__version__, "store_schema": SCHEMA_VERSION,
         "plugins": {f"{r.kind}:{r.name}": f"{r.distribution} {r.version}" for r in registry},
     }
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def relative_paths(value: Any, base: Path) -> Any:
@@ -296,7 +294,7 @@ class Runner:
                 digest = file_sha256(src.path) if src.format != "duckdb" or src.path else ""
             except FileNotFoundError:
                 raise InputError(f"file not found: {src.path}", where=where) from None
-            fingerprint = self._fingerprint(node, [digest, _canonical(src.options), src.table], seed, spec.base_dir)
+            fingerprint = self._fingerprint(node, [digest, canonical_json(src.options), src.table], seed, spec.base_dir)
             rec.update(params={"path": str(src.path), "table": src.table, **src.options}, fingerprint=fingerprint,
                        inputs=[{"name": str(src.path), "sha256": digest}])
             cached = self.store.cached_step(fingerprint) if use_cache and digest else None
@@ -454,17 +452,45 @@ class Runner:
                            "records (or changed their _row ids); every record must be accounted for", where=where)
         if CLASS not in out.columns:
             raise RunError(f"algorithm {node.uses!r} returned no {CLASS} column", where=where)
-        # the output claims what this algorithm claims; a claim carried over from its input is dropped
-        inherited = table.claims
-        claims = {**algo.claims(node.params), **{k: v for k, v in out.claims.items() if inherited.get(k) != v}}
-        out = out.replace(claims=claims)
+        # the output claims what this algorithm declares for these parameters, and what its run
+        # found (a model's parameter known only from the data, e.g. refine's k); every claim is
+        # then checked on the published records, so no table downstream relies on a false one
+        # (a claim a two-input algorithm copied from its input stays only if it still holds)
+        out = out.replace(claims={**out.claims, **algo.claims(node.params)})
         cls = out.data.column(CLASS)
         if not cls.null_count:
-            return out, None
+            return self._check_claims(node, out, ctx, where), None
         self._check_suppression(node, cls.null_count, table.num_rows, where)
         keep = pc.is_valid(cls)
         suppressed = out.replace(data=out.data.filter(pc.invert(keep)).drop_columns([CLASS]), claims={})
-        return out.replace(data=out.data.filter(keep)), suppressed
+        return self._check_claims(node, out.replace(data=out.data.filter(keep)), ctx, where), suppressed
+
+    def _check_claims(self, node: Node, published: TypedTable, ctx: StepContext, where: str) -> TypedTable:
+        """Check each claimed model with the privacy metric of the same name on the published
+        records; a claim that fails stops the run, one no installed metric can judge is dropped
+        (with a note): a table never claims what was not checked."""
+        kept: dict[str, dict[str, Any]] = {}
+        for model, given in published.claims.items():
+            reg = self.registry.get("metric", model) if self.registry.has("metric", model) else None
+            if reg is None or reg.obj.category != "privacy":
+                ctx.note(f"claim {model!r} dropped: no installed privacy metric of that name can check it")
+                continue
+            try:
+                mparams = validate_params(reg.obj.params, given)
+                result = reg.obj.compute(None, published, mparams, dataclasses.replace(ctx, notes=[]))
+            except (InputError, ParamError) as exc:
+                raise PluginError(f"algorithm {node.uses!r} claims {model} {canonical_json(given)}, which the "
+                                  f"{model} check cannot take: {exc}", where=where) from None
+            holds = result.get(f"{model}.holds")
+            if holds is None:
+                ctx.note(f"claim {model!r} dropped: its check gives no verdict for {canonical_json(given)}")
+                continue
+            if not holds:
+                detail = ", ".join(f"{k} = {float(v):g}" for k, v in result.items() if k != f"{model}.holds")
+                raise RunError(f"algorithm {node.uses!r} claims {model} {canonical_json(given)} but its output "
+                               f"does not satisfy it ({detail})", where=where)
+            kept[model] = given
+        return published.replace(claims=kept)
 
     @staticmethod
     def _check_suppression(node: Node, suppressed: int, records: int, where: str) -> None:
@@ -502,7 +528,7 @@ class Runner:
         if node.kind == "publish" and self.registry.has("publisher", str(params.get("publisher", ""))):
             secret = getattr(self.registry.get("publisher", params["publisher"]).obj, "secret_params", ())
             params = {k: v for k, v in params.items() if k not in secret}
-        return hashlib.sha256(_canonical({
+        return hashlib.sha256(canonical_json({
             "kind": node.kind, "uses": node.uses, "version": node.version,
             "params": relative_paths(params, base),
             "inputs": input_hashes, "seed": seed, "store_schema": SCHEMA_VERSION,

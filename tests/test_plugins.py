@@ -187,7 +187,9 @@ def test_a_broken_claim_fails_the_run(cli, project):
     wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.one-class").replace("{k: 5}", "{claim: 2000}"))
     res = cli("run", wf, "--db", project / "s.duckdb")
     assert res.exit_code == 1
-    assert "privacy check 'k-anonymity' does not hold" in res.output
+    # the claim is checked where it is made, before any evaluate step
+    assert "step 'grouped': algorithm 'test.one-class' claims k-anonymity {\"k\":2000} but its output does not " \
+           "satisfy it (k-anonymity = 1080" in res.output
     assert not (project / "out").exists()
 
 

@@ -1,0 +1,119 @@
+"""What a step's output claims, and how an evaluate step's thresholds judge a value.
+
+A table claims the models of the algorithm that made it, never those of its input: a
+single-input algorithm gets its input without classes or claims, and a two-input algorithm
+(which reads a partition, e.g. ``refine``) may not pass its input's claims on. Thresholds are
+inclusive: ``min: x`` holds for a value equal to x, ``max: x`` likewise.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from anonflow.api import CLASS, Algorithm, Metric, Param
+
+from .conftest import census_workflow
+from .test_plugins import Provider, use
+
+
+class CopiesClaims(Algorithm):
+    """A two-input algorithm that publishes the original records under the partition's class
+    ids and passes the partition's claims on, as a careless third party might: k = 5 held for
+    the group means, not for the original values."""
+    name = "test.copies-claims"
+    version = "1"
+    inputs = 2
+
+    def run(self, table, params, ctx):
+        original, given = ctx.inputs
+        assert CLASS in given.columns, "a two-input algorithm reads the partition: it must get _class"
+        return original.replace(data=original.data.append_column(CLASS, given.data.column(CLASS)),
+                                claims=given.claims)
+
+
+class ClaimsAtRunTime(Algorithm):
+    """Puts all records in one class and claims, from run(), k = ``claim`` and a model no metric checks."""
+    name = "test.claims-at-run-time"
+    version = "1"
+    params = (Param("claim", "int", default=2, min=1),)
+
+    def run(self, table, params, ctx):
+        data = table.data
+        for q in table.typing.quasi:
+            data = data.set_column(data.column_names.index(q), q, pa.array([0.0] * table.num_rows))
+        data = data.append_column(CLASS, pa.array([0] * table.num_rows, pa.int64()))
+        return table.replace(data=data, claims={"k-anonymity": {"k": params["claim"]}, "test-model": {"x": 1}})
+
+
+class Echo(Metric):
+    """Returns the value it is given: thresholds are judged on a known number."""
+    name = "test.echo"
+    version = "1"
+    category = "utility"
+    requires_original = False
+    params = (Param("value", "float", default=0.0),)
+
+    def compute(self, original, anonymized, params, ctx):
+        return {"test.echo": params["value"]}
+
+
+def test_a_claim_copied_from_an_input_is_checked_on_the_output(cli, project):
+    use(Provider(algorithms=[CopiesClaims()]))
+    wf = census_workflow(project, extra="""
+        again:
+          uses: test.copies-claims
+          input: [typed, grouped]
+        """)
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 1, res.output
+    assert "step 'again': algorithm 'test.copies-claims' claims k-anonymity {\"k\":5} but its output does not " \
+           "satisfy it (k-anonymity = 1" in res.output
+    assert "Traceback" not in res.output and not (project / "out").exists()
+
+
+def test_claims_made_at_run_time_are_checked_and_uncheckable_ones_dropped(cli, project):
+    use(Provider(algorithms=[ClaimsAtRunTime()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.claims-at-run-time").replace("{k: 5}", "{claim: 1080}"))
+    res = cli("run", wf, "--db", project / "s.duckdb", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["metrics"]["scores.k-anonymity.k"] == 1080  # checked, and it holds: one class of 1080
+    notes = " ".join(next(s for s in out["steps"] if s["step"] == "grouped")["notes"])
+    assert "claim 'test-model' dropped: no installed privacy metric of that name can check it" in notes
+    res = cli("run", wf, "--db", project / "s.duckdb", "--set", "grouped.claim=1081")
+    assert res.exit_code == 1
+    assert "claims k-anonymity {\"k\":1081} but its output does not satisfy it" in res.output
+
+
+@pytest.mark.parametrize("bound, value, fails", [
+    ({"min": 2.5}, 2.5, False), ({"min": 2.5}, 2.4, True), ({"min": 2.5}, 2.6, False),
+    ({"max": 2.5}, 2.5, False), ({"max": 2.5}, 2.6, True), ({"max": 2.5}, 2.4, False),
+    ({"min": 1, "max": 2}, 1.5, False), ({"min": 1, "max": 2}, 0.5, True), ({"min": 1, "max": 2}, 2.5, True),
+])
+def test_thresholds_are_inclusive(cli, project, bound, value, fails):
+    use(Provider(metrics=[Echo()]))
+    wf = census_workflow(project)
+    text = wf.read_text().replace(
+        "with: {metrics: [sse-il, k-anonymity]}",
+        "with: {metrics: [{test.echo: {value: %r}}], thresholds: {test.echo: %s}}" % (value, json.dumps(bound)))
+    wf.write_text(text)
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == (1 if fails else 0), res.output
+    if fails:
+        side = "below the threshold min" if value < bound.get("min", -1e9) else "above the threshold max"
+        assert f"test.echo = {value:g} is {side}" in res.output
+
+
+def test_an_evaluation_of_unsuppressed_output_counts_no_suppressed_record(cli, project):
+    """[original, anonymized] with every record published: nothing is suppressed, and the
+    metrics compare all records."""
+    wf = census_workflow(project)
+    res = cli("run", wf, "--db", project / "s.duckdb", "--json")
+    assert res.exit_code == 0, res.output
+    m = json.loads(res.output)["metrics"]
+    assert m["scores.k-anonymity.classes"] == 216  # 1080 records, MDAV k = 5: groups of exactly 5
+    assert m["scores.k-anonymity"] == 5
