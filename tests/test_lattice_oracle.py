@@ -484,3 +484,32 @@ def test_any_metric_ties_go_to_the_lower_node_then_the_first_in_lattice_order(ma
     node = tuple(int(part.split("=")[1]) for part in m["node"].split(", "))
     assert node == o.first_best(values, sign)
     assert int(m["suppressed"]) == sol.suppressed[node] == best
+
+
+class Refuses(Metric):
+    """A third party's metric that finds its input unusable (an InputError, the user's to fix)
+    on some nodes, and crashes (a bug, the plugin's) when told to."""
+
+    name = "test.refuses"
+    version = "0.0.1"
+    category = "utility"
+    requires_original = False
+
+    def compute(self, original, anonymized, params, ctx):
+        from anonflow.errors import InputError
+
+        if ctx.suppressed >= 0:
+            raise InputError("test.refuses needs a label column")
+        return {self.name: 0.0}
+
+
+def test_a_utility_metrics_input_error_reaches_the_user_as_it_is():
+    """An InputError from the utility metric is the user's to fix: it passes through unwrapped
+    (exit code 2 on the CLI), while any other exception is wrapped as the plugin's failure."""
+    from anonflow.errors import InputError, RunError
+
+    use(Refuses())
+    t = adult(300, quasi=("age", "sex"))
+    with pytest.raises(InputError, match="needs a label column") as err:
+        run_lattice(t, model_params={"k": 2}, utility="test.refuses", candidates="minimal")
+    assert not isinstance(err.value, RunError)
