@@ -27,6 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from script_args import listed_option
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / "workflows" / "gca-adult.yaml"
 
@@ -334,20 +336,11 @@ def _levels_of(typed) -> dict[str, int]:
     return grading.value_levels()
 
 
-def _floats(args: list[str], name: str, default, kind=float):
-    if name in args:
-        i = args.index(name)
-        value = tuple(kind(x) for x in args[i + 1].split(","))
-        del args[i: i + 2]
-        return value
-    return default
-
-
 if __name__ == "__main__":
     args = sys.argv[1:]
-    ks = _floats(args, "--k", KS, int)
-    alphas = _floats(args, "--alpha", ALPHAS)
-    limits = _floats(args, "--limits", (0.0, 0.01, 0.05))
+    ks = listed_option(args, "--k", KS, int)
+    alphas = listed_option(args, "--alpha", ALPHAS, float)
+    limits = listed_option(args, "--limits", (0.0, 0.01, 0.05), float)
     what = args[0] if args else "baseline"
     if what == "baseline":
         baseline(ks, alphas, limits)

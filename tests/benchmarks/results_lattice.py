@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "workflows" / "data"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from script_args import listed_option  # noqa: E402
+
 QI11 = ["age", "education-num", "capital-gain", "hours-per-week", "race", "relationship", "workclass",
         "native-country", "marital-status", "occupation", "sex"]
 PAPER_TABLE_2 = {  # seed 004 Table 2: Entropy Loss, MI Loss
@@ -329,21 +331,12 @@ def mi_variants() -> None:
     print("| sum of \\|difference\\| to the paper | | " + " | ".join(f"{sum(abs(res[k][q]-paper[q]) for q in qi):.4f}" for k in V) + " |")
 
 
-def _ints(args: list[str], name: str, default, kind=int):
-    if name in args:
-        i = args.index(name)
-        value = tuple(kind(x) for x in args[i + 1].split(","))
-        del args[i: i + 2]
-        return value
-    return default
-
-
 if __name__ == "__main__":
     args = sys.argv[1:]
-    ks = _ints(args, "--k", (2, 3, 5, 10))
-    suppressions = _ints(args, "--suppression", (0.0, 0.01), float)
-    dims = _ints(args, "--d", tuple(range(2, 9)))
-    ls = _ints(args, "--l", tuple(range(2, 13)))
+    ks = listed_option(args, "--k", (2, 3, 5, 10), int)
+    suppressions = listed_option(args, "--suppression", (0.0, 0.01), float)
+    dims = listed_option(args, "--d", tuple(range(2, 9)), int)
+    ls = listed_option(args, "--l", tuple(range(2, 13)), int)
     what = args[0] if args else "accuracy"
     if what not in ("accuracy", "incognito", "mi-variants", "weights"):
         raise SystemExit(__doc__)

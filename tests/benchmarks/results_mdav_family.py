@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from script_args import listed_option
+
 ROOT = Path(__file__).resolve().parents[2]
 SETS = ("census", "tarragona", "eia")
 STEPS = ("mdav", "vmdav", "grav", "vgrav", "refined")
@@ -261,19 +263,10 @@ def stop(sets=SETS, ks=KS) -> None:
             f"{worst[4]:.2f} vs {worst[5]:.2f}), DLD by at most {max(d_dld):.4f}")
 
 
-def _pick(args: list[str], name: str, default, kind=str):
-    if name in args:
-        i = args.index(name)
-        value = tuple(kind(x) for x in args[i + 1].split(","))
-        del args[i: i + 2]
-        return value
-    return default
-
-
 if __name__ == "__main__":
     args = sys.argv[1:]
-    sets = _pick(args, "--sets", SETS)
-    ks = _pick(args, "--k", None, int)
+    sets = listed_option(args, "--sets", SETS, str)
+    ks = listed_option(args, "--k", None, int)
     what = args[0] if args else ""
     if what == "run" and len(args) == 2:
         run(Path(args[1]), sets, ks or tuple(KS))

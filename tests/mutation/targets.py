@@ -1,0 +1,229 @@
+"""What ``tests/mutation/run.py`` mutates, with which tests, and the hand-written mutants.
+
+A *target* is a family of guarantee-carrying code: the functions (qualified names, shell-style
+patterns) mutated in each file, and the test command that must catch a mutant there. Test
+commands are the fast files that defend the code (``-x``: the first failure ends the run).
+
+A *hand mutant* is a one-line change a mutation tool cannot make or past reviews found no test
+for: the SQL inside strings, and specific plausible bugs. ``old`` must occur exactly once in
+``file``. ``EQUIVALENT`` lists surviving tool mutants that cannot change behaviour, keyed by
+their change (``file: removed => added``), each with why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PYTEST = 'python -m pytest -x -q -p no:cacheprovider -m "not slow"'
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    functions: dict[str, list[str]]
+    tests: tuple[str, ...]
+
+    @property
+    def command(self) -> str:
+        return f"{PYTEST} {' '.join(self.tests)}"
+
+
+@dataclass(frozen=True)
+class HandMutant:
+    target: str
+    name: str
+    file: str
+    old: str
+    new: str
+    command: str | None = None     # default: the target's
+    equivalent: str | None = None  # why it cannot change behaviour, if it is known to survive
+    kind: str = field(default="sql")
+
+
+STD = "plugins/anonflow_std"
+
+TARGETS = [
+    Target(
+        "privacy-sql",
+        {
+            f"{STD}/metrics.py": ["KAnonymity.compute"],
+            f"{STD}/metrics_groups.py": ["_by", "_counts_sql", "_published", "_class_sizes_sql", "_claimed",
+                                         "_diversity_report", "LDiversity.compute", "PSensitiveKAnonymity.compute"],
+            f"{STD}/alphak.py": ["published_part", "table_counts_sql", "pair_counts_sql", "pair_consistency_sql",
+                                 "flagged_counts_sql", "alpha_report", "_AlphaCheck.*", "AlphaKAnonymity.compute",
+                                 "AlphaIKAnonymity.compute"],
+            f"{STD}/lossyjoin.py": ["split_tables", "k_figures"],
+        },
+        ("tests/test_metrics.py", "tests/test_missing_policy.py", "tests/test_privacy_sql.py",
+         "tests/test_lclustering.py", "tests/test_gca.py"),
+    ),
+    Target(
+        "partition-holds",
+        {
+            f"{STD}/metrics.py": ["KAnonymity.partition_holds"],
+            f"{STD}/metrics_groups.py": ["*.partition_holds"],
+            f"{STD}/alphak.py": ["*.partition_holds"],
+            f"{STD}/common.py": ["real_counts", "real_distinct"],
+        },
+        ("tests/test_privacy_sql.py", "tests/test_lattice.py", "tests/test_lattice_oracle.py"),
+    ),
+    Target(
+        "lattice",
+        {
+            f"{STD}/lattice.py": ["_group", "Space.*", "Search.*", "Lattice.run", "Lattice.run.*",
+                                  "Lattice._best_loss", "Lattice._best_metric"],
+            "anonflow/api.py": ["suppression_limit"],
+        },
+        ("tests/test_lattice_oracle.py", "tests/test_lattice.py", "tests/test_suppression_and_plan.py"),
+    ),
+    Target(
+        "claims",
+        {
+            "anonflow/runner.py": ["Runner._run_algorithm", "Runner._check_suppression", "Runner._check_claims"],
+            "anonflow/builtins.py": ["EvaluateStep.run"],
+            f"{STD}/metrics_groups.py": ["_claimed"],
+        },
+        ("tests/test_claims_and_thresholds.py", "tests/test_suppression_and_plan.py", "tests/test_privacy_sql.py",
+         "tests/test_plugins.py", "tests/test_hostile_engine.py::test_a_chained_algorithm_claims_its_own_model_not_its_inputs"),
+    ),
+    Target(
+        "release",
+        {
+            f"{STD}/verify.py": ["verify", "_verify_*", "_compare_check", "_check_signature", "recorded_files",
+                                 "recorded_files.*", "_same"],
+            f"{STD}/checks.py": ["planned_checks", "derive_checks", "claim_checks", "threshold_misses", "verdict"],
+            f"{STD}/release.py": ["integrity", "field_digests", "load_release_table", "_sa_counts",
+                                  "run_file_checks", "file_rows"],
+        },
+        ("tests/test_release_trust.py", "tests/test_release.py"),
+    ),
+]
+
+# -- hand-written mutants ---------------------------------------------------------------------
+
+M, MG, AK, LJ, LAT = (f"{STD}/metrics.py", f"{STD}/metrics_groups.py", f"{STD}/alphak.py", f"{STD}/lossyjoin.py",
+                      f"{STD}/lattice.py")
+
+HAND = [
+    # k-anonymity, in SQL
+    HandMutant("privacy-sql", "k-anonymity counts a class of exactly k as violating (< for <=)", M,
+               "count(*) FILTER (WHERE n < ?) FROM classes", "count(*) FILTER (WHERE n <= ?) FROM classes"),
+    HandMutant("privacy-sql", "k-anonymity reports the largest class as k", M,
+               '"SELECT min(n), count(*), count(*)', '"SELECT max(n), count(*), count(*)'),
+    HandMutant("privacy-sql", "k-anonymity by values groups by the first QI only (a dropped column)", M,
+               'group = ", ".join(sql_ident(c) for c in quasi)', 'group = ", ".join(sql_ident(c) for c in quasi[:1])',
+               kind="python"),
+    HandMutant("privacy-sql", "k by QI values (beside k by class) takes the largest group", M,
+               'vk = ctx.sql(f"SELECT min(n) AS k', 'vk = ctx.sql(f"SELECT max(n) AS k'),
+    # distinct l-diversity / p-sensitive k-anonymity, in SQL
+    HandMutant("privacy-sql", "p-sensitive: a class fails only when both n < k and d < p (OR -> AND)", MG,
+               "WHERE n < ? OR d < ?", "WHERE n < ? AND d < ?"),
+    HandMutant("privacy-sql", "l-diversity: exactly l distinct values counted as violating (< for <=)", MG,
+               "WHERE n < ? OR d < ?", "WHERE n < ? OR d <= ?"),
+    HandMutant("privacy-sql", "l-diversity counts the missing-value marker as a distinct value (dropped filter)",
+               MG, "count(*) FILTER (WHERE NOT miss) AS d", "count(*) AS d"),
+    HandMutant("privacy-sql", "l-diversity reports the most diverse class (min -> max)", MG,
+               "(SELECT min(d) FROM per) AS least", "(SELECT max(d) FROM per) AS least"),
+    # (alpha, k) and (alpha_i, k), in SQL
+    HandMutant("privacy-sql", "alpha bound measured over all records, missing ones included (r -> n)", AK,
+               "(c > alpha * r + {EPS}) AS bad", "(c > alpha * n + {EPS}) AS bad"),
+    HandMutant("privacy-sql", "a class with no real sensitive value passes (dropped condition)", AK,
+               "WHERE n < ? OR r = 0 UNION", "WHERE n < ? UNION"),
+    HandMutant("privacy-sql", "a class of fewer than k records passes the alpha check (< k dropped)", AK,
+               "WHERE n < ? OR r = 0 UNION", "WHERE r = 0 UNION"),
+    HandMutant("privacy-sql", "the missing-value marker is bounded like a real value (dropped NOT miss)", AK,
+               "FROM counts \"\n                  \"WHERE NOT miss\")", "FROM counts \"\n                  \"WHERE true\")"),
+    HandMutant("privacy-sql", "records of suppressed classes (null _class) counted as a class", AK,
+               'f"WHERE {sql_ident(CLASS)} IS NOT NULL"', 'f"WHERE true"'),
+    HandMutant("privacy-sql", "r = n: missing values not taken out of a class's real records", AK,
+               'f"n - sum(CASE WHEN {miss} THEN c ELSE 0 END) OVER (PARTITION BY cls) AS r', 'f"n AS r'),
+    HandMutant("privacy-sql", "a lossy-join pair's class missing from one table goes unseen (IS DISTINCT -> <>)",
+               AK, "WHERE q.n IS DISTINCT FROM s.n", "WHERE q.n <> s.n"),
+    HandMutant("privacy-sql", "SA counts of a class absent from the QI table get dropped (LEFT JOIN -> JOIN)", AK,
+               'f"LEFT JOIN (SELECT {cls} AS cls, count(*) AS n FROM {qi} GROUP BY {cls}) q ON s.cls = q.cls"',
+               'f"JOIN (SELECT {cls} AS cls, count(*) AS n FROM {qi} GROUP BY {cls}) q ON s.cls = q.cls"'),
+    # lossy join, in SQL
+    HandMutant("privacy-sql", "the SA table counts non-null sensitive values, not records (count of the wrong column)",
+               LJ, 'f"SELECT {cls} AS {sql_ident(class_column)}, {s}, count(*) AS',
+               'f"SELECT {cls} AS {sql_ident(class_column)}, {s}, count({s}) AS'),
+    HandMutant("privacy-sql", "the QI table's k groups by class id (the wrong relation)", LJ,
+               "(SELECT min(n) FROM g WHERE n > 0) AS qi_table_k", "(SELECT min(n) FROM c WHERE n > 0) AS qi_table_k"),
+    HandMutant("privacy-sql", "unique QI tuples counted as groups of at most 2", LJ,
+               "(SELECT count(*) FROM g WHERE n = 1) AS unique_records",
+               "(SELECT count(*) FROM g WHERE n <= 2) AS unique_records"),
+    HandMutant("privacy-sql", "class_k is the largest class", LJ,
+               "SELECT (SELECT min(n) FROM c) AS class_k", "SELECT (SELECT max(n) FROM c) AS class_k"),
+    # the lattice's choice and suppression limit (issue 13's survivors)
+    HandMutant("lattice", "with suppression, only minimal nodes are scored", LAT,
+               "cand = np.flatnonzero(search.status.reshape(-1) == 1)", "cand = minimal", kind="python"),
+    HandMutant("lattice", "without suppression, minimal nodes ordered by height before loss", LAT,
+               "order = np.lexsort((cand, heights[cand], np.round(bound[cand], 12)))\n            best",
+               "order = np.lexsort((cand, np.round(bound[cand], 12), heights[cand]))\n            best",
+               kind="python"),
+    HandMutant("lattice", "suppressed records add no loss when nodes are compared", LAT,
+               "value += extra / space.n", "value += 0.0 * extra / space.n", kind="python"),
+    HandMutant("lattice", "the suppression limit rounds up (ceil for floor)", "anonflow/api.py",
+               "return int(math.floor(float(cap) * records + 1e-9))",
+               "return int(math.ceil(float(cap) * records - 1e-9))", kind="python"),
+    # verify (issue 13's survivors, and what a forger would exploit)
+    HandMutant("release", "verify does not compare workflow.text with its recorded sha256", f"{STD}/verify.py",
+               'f.add(text_hash == wf.get("sha256"), "manifest field workflow.text",',
+               'f.add(True, "manifest field workflow.text",', kind="python"),
+    HandMutant("release", "verify does not report manifest fields added after the release was written",
+               f"{STD}/verify.py", "added = [k for k in now if k not in was]", "added = []", kind="python"),
+    HandMutant("release", "verify does not report manifest fields removed after the release was written",
+               f"{STD}/verify.py", "removed = [k for k in was if k not in now]", "removed = []", kind="python"),
+    HandMutant("release", "verify ignores unlisted .csv / .parquet / .html files", f"{STD}/verify.py",
+               "if path.name in (MANIFEST, SIGNATURE) or path.name in listed:",
+               "if path.name in (MANIFEST, SIGNATURE) or path.name in listed or path.suffix in "
+               "('.csv', '.parquet', '.html'):", kind="python"),
+    HandMutant("release", "verify does not compare a file's rows with the manifest", f"{STD}/verify.py",
+               'if entry.get("format") in ("parquet", "csv") and rows != entry.get("rows"):',
+               'if entry.get("format") in ("parquet", "csv") and rows != rows:', kind="python"),
+    # claims and thresholds
+    HandMutant("claims", "an algorithm's suppression is checked against a cap one record too generous",
+               "anonflow/runner.py", "if suppressed <= limit:\n            return",
+               "if suppressed <= limit + 1:\n            return", kind="python"),
+    HandMutant("claims", "an algorithm's claims are not checked on its output", "anonflow/runner.py",
+               "return self._check_claims(node, out, ctx, where), None", "return out, None", kind="python"),
+    HandMutant("claims", "a claim whose check fails is kept", "anonflow/runner.py",
+               "            if not holds:\n                detail", "            if holds is None:\n                detail",
+               kind="python"),
+    HandMutant("claims", "a claim no metric can check is kept", "anonflow/runner.py",
+               "can check it\")\n                continue", "can check it\")\n                kept[model] = given\n"
+               "                continue", kind="python"),
+    HandMutant("claims", "a privacy check that does not hold is not enforced", "anonflow/builtins.py",
+               'if params["enforce"] and reg.obj.category == "privacy" and holds is not None and not holds:',
+               'if params["enforce"] and reg.obj.category == "privacy" and holds is not None and holds < 0:',
+               kind="python"),
+    HandMutant("claims", "a value equal to a min threshold fails it", "anonflow/builtins.py",
+               'if "min" in bound and not (v >= bound["min"]):', 'if "min" in bound and not (v > bound["min"]):',
+               kind="python"),
+]
+
+#: surviving tool mutants that cannot change behaviour: change key -> why
+_NO_K = ("with no k, the count of classes below k is not reported, and no class has fewer than 1 "
+         "record, so any k <= 1 gives the same (unreported) count")
+_COUNT = "a count of records is never negative, so > 0 and != 0 agree"
+_ORDER = ("changes only the order or number of nodes checked, not any verdict: every node is still classified "
+          "(a monotone model's tags are implied by verdicts) and the choice is made over all of them")
+EQUIVALENT: dict[str, str] = {
+    f"{MG}: columns = data.column_names if by == \"class\" else [c for c in data.column_names if c != CLASS] "
+    f"=> columns = data.column_names if by == \"class\" else [c for c in data.column_names if c <= CLASS]":
+        "by values, the data comes from _published, which has already dropped _class: the filter removes nothing "
+        "that matters (no column left names the class)",
+    f"{LAT}: prec += (np.arange(lv.height + 1) / max(lv.height, 1))[grid[i]] "
+    f"=> prec += (np.arange(lv.height + 1) * max(lv.height, 1))[grid[i]]": _ORDER,
+    f"{LAT}: if self.flat[node] != 0: => if self.flat[node] > 0:": _ORDER,
+    f"{AK}: return (sizes >= (params.get(\"k\") or 1)) & (real > 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1) "
+    f"=> return (sizes >= (params.get(\"k\") or 1)) * (real > 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1)":
+        "* binds before &, and the product of two boolean arrays is the boolean array of their and",
+    f"{STD}/common.py: if j < 0: => if j < -1:":
+        "without a marker j is -1; the marker branch then removes no (class, value) pair (no code % m is -1) and "
+        "counts the same distinct values",
+    f"{AK}: return (sizes >= (params.get(\"k\") or 1)) & (real > 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1) "
+    f"=> return (sizes >= (params.get(\"k\") or 1)) & (real != 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1)":
+        _COUNT,
+    f"{M}: [k or 0], published=published).to_pylist()[0] => [k or -1], published=published).to_pylist()[0]": _NO_K,
+    f"{M}: [k or 0], published=published).to_pylist()[0] => [k or 1], published=published).to_pylist()[0]": _NO_K,
+}
