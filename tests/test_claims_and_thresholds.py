@@ -117,3 +117,45 @@ def test_an_evaluation_of_unsuppressed_output_counts_no_suppressed_record(cli, p
     m = json.loads(res.output)["metrics"]
     assert m["scores.k-anonymity.classes"] == 216  # 1080 records, MDAV k = 5: groups of exactly 5
     assert m["scores.k-anonymity"] == 5
+
+
+class Probe(Algorithm):
+    """A single-input algorithm that records what it was given."""
+    name = "test.probe"
+    version = "1"
+    seen: list = []
+
+    def run(self, table, params, ctx):
+        Probe.seen.append((list(table.columns), dict(table.claims)))
+        return table.replace(data=table.data.append_column(CLASS, pa.array([0] * table.num_rows, pa.int64())))
+
+
+class DropsRowIds(Algorithm):
+    name = "test.drops-row-ids"
+    version = "1"
+
+    def run(self, table, params, ctx):
+        data = table.data.drop_columns(["_row"]).append_column(CLASS, pa.array([0] * table.num_rows, pa.int64()))
+        return table.replace(data=data)
+
+
+def test_a_single_input_algorithm_gets_records_without_another_algorithms_classes_or_claims(cli, project):
+    Probe.seen.clear()
+    use(Provider(algorithms=[Probe()]))
+    wf = census_workflow(project, extra="""
+        again: {uses: test.probe, input: grouped}
+        """)
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 0, res.output
+    columns, claims = Probe.seen[-1]
+    assert CLASS not in columns and claims == {}
+
+
+def test_an_algorithm_that_loses_the_row_ids_is_one_line(cli, project):
+    use(Provider(algorithms=[DropsRowIds()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.drops-row-ids").replace("{k: 5}", "{}"))
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 1
+    assert "returned 1080 records for 1080 input records (or changed their _row ids)" in res.output
+    assert "Traceback" not in res.output

@@ -1142,3 +1142,34 @@ def test_a_metric_exactly_at_its_thresholds_passes_and_the_release_verifies(cli,
     assert verdicts == {"k-anonymity": (5.0, True), "k-anonymity.violating_classes": (0.0, True)}, verdicts
     code, result = verify(cli, rel)
     assert code == 0, failures(result)
+
+
+def test_a_threshold_that_cannot_be_compared_is_a_miss_not_a_crash(cli, project):
+    """A forged evaluate step whose threshold bound is text: verify reports the miss."""
+    wf = census_workflow(project, extra=RELEASE)
+    wf.write_text(wf.read_text().replace("with: {metrics: [sse-il, k-anonymity]}",
+                                         "with: {metrics: [sse-il, k-anonymity], thresholds: {k-anonymity: {min: 5}}}"))
+    run_json(cli, wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
+    rel = project / "out" / "release"
+
+    def edit(m):
+        step = next(s for s in m["steps"] if s.get("step") == "scores")
+        step["params"]["thresholds"] = {"k-anonymity": {"min": "five"}}
+
+    forge(rel, edit)
+    code, result = verify(cli, rel)
+    assert code == 1
+    assert any("misses the threshold {\"min\": \"five\"} of evaluate step scores" in f for f in failures(result)), \
+        failures(result)
+
+
+def test_a_published_file_that_hashes_right_but_cannot_be_read_fails(cli, project):
+    rel = released(cli, project)
+    name = next(p.name for p in rel.iterdir() if p.suffix == ".parquet")
+    (rel / name).write_bytes(b"PAR1 not a parquet file PAR1")
+    forge(rel, lambda m: None)  # every digest recomputed: only reading the file can tell
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = failures(result)
+    assert any(f.startswith(f"file {name}") and "cannot be read" in f for f in bad), bad
+    assert "Traceback" not in json.dumps(result)
