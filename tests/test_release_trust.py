@@ -1173,3 +1173,17 @@ def test_a_published_file_that_hashes_right_but_cannot_be_read_fails(cli, projec
     bad = failures(result)
     assert any(f.startswith(f"file {name}") and "cannot be read" in f for f in bad), bad
     assert "Traceback" not in json.dumps(result)
+
+
+def test_a_lossy_join_check_recorded_in_a_table_release_is_named_with_its_index(cli, project):
+    rel = released(cli, project)
+
+    def edit(m):
+        m["checks"].append({"check": "lossy-join-k", "params": {}, "result": {}, "recheck": True, "holds": None})
+
+    forge(rel, edit)
+    code, result = verify(cli, rel)
+    assert code == 1
+    n = len(json.loads((rel / "manifest.json").read_text())["checks"]) - 1
+    assert f"manifest field checks: records lossy-join-k (checks[{n}]), which a 'table' release does not have" \
+        in failures(result), failures(result)

@@ -208,6 +208,10 @@ _COUNT = "a count of records is never negative, so > 0 and != 0 agree"
 _ORDER = ("changes only the order or number of nodes checked, not any verdict: every node is still classified "
           "(a monotone model's tags are implied by verdicts) and the choice is made over all of them")
 EQUIVALENT: dict[str, str] = {
+    f"{STD}/verify.py: f.add(False, f\"file {{name}}\", f\"cannot be read: {{_error_text(exc)}}\") "
+    f"=> f.add(True, f\"file {{name}}\", f\"cannot be read: {{_error_text(exc)}}\")":
+        "the column check reads only files whose sha256 and rows were already read back (intact); a file Parquet "
+        "cannot read has failed there first, so this finding's verdict never decides the outcome",
     f"{MG}: columns = data.column_names if by == \"class\" else [c for c in data.column_names if c != CLASS] "
     f"=> columns = data.column_names if by == \"class\" else [c for c in data.column_names if c <= CLASS]":
         "by values, the data comes from _published, which has already dropped _class: the filter removes nothing "
