@@ -84,6 +84,12 @@ def test_claims_made_at_run_time_are_checked_and_uncheckable_ones_dropped(cli, p
     assert out["metrics"]["scores.k-anonymity.k"] == 1080  # checked, and it holds: one class of 1080
     notes = " ".join(next(s for s in out["steps"] if s["step"] == "grouped")["notes"])
     assert "claim 'test-model' dropped: no installed privacy metric of that name can check it" in notes
+    import duckdb
+
+    con = duckdb.connect(str(project / "s.duckdb"), read_only=True)
+    stored = con.execute("SELECT claims FROM af_tables WHERE created_step = 'grouped'").fetchall()
+    con.close()
+    assert [json.loads(c) for (c,) in stored] == [{"k-anonymity": {"k": 1080}}]  # the unchecked claim is not kept
     res = cli("run", wf, "--db", project / "s.duckdb", "--set", "grouped.claim=1081")
     assert res.exit_code == 1
     assert "claims k-anonymity {\"k\":1081} but its output does not satisfy it" in res.output
@@ -159,3 +165,54 @@ def test_an_algorithm_that_loses_the_row_ids_is_one_line(cli, project):
     assert res.exit_code == 1
     assert "returned 1080 records for 1080 input records (or changed their _row ids)" in res.output
     assert "Traceback" not in res.output
+
+
+class TwoInputProbe(Algorithm):
+    """A two-input algorithm that records what it was given and republishes its second input."""
+    name = "test.two-input-probe"
+    version = "1"
+    inputs = 2
+    seen: list = []
+
+    def run(self, table, params, ctx):
+        TwoInputProbe.seen.append([(list(t.columns), dict(t.claims)) for t in ctx.inputs])
+        return ctx.inputs[1]
+
+
+def test_a_two_input_algorithm_gets_its_inputs_as_they_are(cli, project):
+    """It reads a partition: an algorithm's output keeps its classes and claims, first or second."""
+    TwoInputProbe.seen.clear()
+    use(Provider(algorithms=[TwoInputProbe()]))
+    wf = census_workflow(project, extra="""
+        again: {uses: test.two-input-probe, input: [grouped, grouped]}
+        """)
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 0, res.output
+    for columns, claims in TwoInputProbe.seen[-1]:
+        assert CLASS in columns and claims == {"k-anonymity": {"k": 5}}
+
+
+class NoClaims(Algorithm):
+    """Classes of 2 records and no claim: only an evaluate step can hold it to k = 5."""
+    name = "test.no-claims"
+    version = "1"
+
+    def run(self, table, params, ctx):
+        import numpy as np
+
+        return table.replace(data=table.data.append_column(CLASS, pa.array(np.arange(table.num_rows) // 2)))
+
+
+def test_an_evaluate_step_enforces_a_privacy_check_that_does_not_hold(cli, project):
+    use(Provider(algorithms=[NoClaims()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.no-claims").replace("{k: 5}", "{}")
+                  .replace("with: {metrics: [sse-il, k-anonymity]}", "with: {metrics: [{k-anonymity: {k: 5}}]}"))
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 1, res.output
+    assert "privacy check 'k-anonymity' does not hold" in res.output
+    assert not (project / "out").exists()
+    # enforce: false reports the same values without failing the run
+    wf.write_text(wf.read_text().replace("{metrics: [{k-anonymity: {k: 5}}]}",
+                                         "{metrics: [{k-anonymity: {k: 5}}], enforce: false}"))
+    assert cli("run", wf, "--db", project / "s.duckdb").exit_code == 0

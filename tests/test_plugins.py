@@ -189,7 +189,8 @@ def test_a_broken_claim_fails_the_run(cli, project):
     assert res.exit_code == 1
     # the claim is checked where it is made, before any evaluate step
     assert "step 'grouped': algorithm 'test.one-class' claims k-anonymity {\"k\":2000} but its output does not " \
-           "satisfy it (k-anonymity = 1080" in res.output
+           "satisfy it (k-anonymity = 1080, k-anonymity.classes = 1, k-anonymity.k = 2000, " \
+           "k-anonymity.violating_classes = 1)" in res.output
     assert not (project / "out").exists()
 
 

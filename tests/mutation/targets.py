@@ -208,6 +208,14 @@ _COUNT = "a count of records is never negative, so > 0 and != 0 agree"
 _ORDER = ("changes only the order or number of nodes checked, not any verdict: every node is still classified "
           "(a monotone model's tags are implied by verdicts) and the choice is made over all of them")
 EQUIVALENT: dict[str, str] = {
+    "anonflow/builtins.py: if original is not None and anonymized.num_rows < original.num_rows and ROW in "
+    "anonymized.columns: => if original is not None and anonymized.num_rows <= original.num_rows and ROW in "
+    "anonymized.columns:":
+        "with as many published records as original ones every original record is kept, and ctx.suppressed is 0 "
+        "either way",
+    "anonflow/runner.py: need = min(round(need + 0.01, 2), 1.0) => need = min(round(need // 0.01, 2), 1.0)":
+        "the loop runs only if floor(ceil(100 s / n) / 100 * n) < s, i.e. when the fractional part of 100 s / n "
+        "(a multiple of 1 / n) is at most 1e-9: never below a billion records",
     f"{STD}/verify.py: f.add(False, f\"file {{name}}\", f\"cannot be read: {{_error_text(exc)}}\") "
     f"=> f.add(True, f\"file {{name}}\", f\"cannot be read: {{_error_text(exc)}}\")":
         "the column check reads only files whose sha256 and rows were already read back (intact); a file Parquet "
