@@ -16,7 +16,7 @@ import pytest
 from anonflow.api import CLASS, Algorithm, Metric, Param
 
 from .conftest import census_workflow
-from .test_plugins import Provider, use
+from .test_plugins import Provider, census_using, use
 
 
 class CopiesClaims(Algorithm):
@@ -75,9 +75,7 @@ def test_a_claim_copied_from_an_input_is_checked_on_the_output(cli, project):
 
 
 def test_claims_made_at_run_time_are_checked_and_uncheckable_ones_dropped(cli, project):
-    use(Provider(algorithms=[ClaimsAtRunTime()]))
-    wf = census_workflow(project)
-    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.claims-at-run-time").replace("{k: 5}", "{claim: 1080}"))
+    wf = census_using(project, ClaimsAtRunTime(), "{claim: 1080}")
     res = cli("run", wf, "--db", project / "s.duckdb", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
@@ -158,9 +156,7 @@ def test_a_single_input_algorithm_gets_records_without_another_algorithms_classe
 
 
 def test_an_algorithm_that_loses_the_row_ids_is_one_line(cli, project):
-    use(Provider(algorithms=[DropsRowIds()]))
-    wf = census_workflow(project)
-    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.drops-row-ids").replace("{k: 5}", "{}"))
+    wf = census_using(project, DropsRowIds(), "{}")
     res = cli("run", wf, "--db", project / "s.duckdb")
     assert res.exit_code == 1
     assert "returned 1080 records for 1080 input records (or changed their _row ids)" in res.output

@@ -52,9 +52,7 @@ class SuppressesFive(Algorithm):
 def test_suppressed_records_are_split_off_counted_and_kept(cli, project):
     import duckdb
 
-    use(Provider(algorithms=[SuppressesFive()]))
-    wf = census_workflow(project)
-    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.suppress").replace("{k: 5}", "{}"))
+    wf = census_using(project, SuppressesFive(), "{}")
     db = project / "s.duckdb"
     res = cli("run", wf, "--db", db, "--json")
     assert res.exit_code == 0, res.output
@@ -139,6 +137,14 @@ class Provider:
             register(p)
 
 
+
+def census_using(project, algorithm, params: str = "{}"):
+    """The Census workflow with its mdav step replaced by ``algorithm`` (registered as a mock)."""
+    use(Provider(algorithms=[algorithm]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("uses: mdav", f"uses: {algorithm.name}").replace("{k: 5}", params))
+    return wf
+
 def test_every_hook_kind_registers_and_runs(cli, project):
     use(Provider(algorithms=[OneClass()], metrics=[CountRows()], publishers=[Memory()]))
     wf = census_workflow(project)
@@ -182,9 +188,7 @@ def test_a_third_party_hierarchy_builder_is_used_by_the_hierarchy_step(cli, proj
 
 
 def test_a_broken_claim_fails_the_run(cli, project):
-    use(Provider(algorithms=[OneClass()]))
-    wf = census_workflow(project)
-    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.one-class").replace("{k: 5}", "{claim: 2000}"))
+    wf = census_using(project, OneClass(), "{claim: 2000}")
     res = cli("run", wf, "--db", project / "s.duckdb")
     assert res.exit_code == 1
     # the claim is checked where it is made, before any evaluate step
@@ -195,18 +199,14 @@ def test_a_broken_claim_fails_the_run(cli, project):
 
 
 def test_an_algorithm_cannot_lose_records(cli, project):
-    use(Provider(algorithms=[DropsARecord()]))
-    wf = census_workflow(project)
-    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.drops").replace("{k: 5}", "{}"))
+    wf = census_using(project, DropsARecord(), "{}")
     res = cli("run", wf, "--db", project / "s.duckdb")
     assert res.exit_code == 1
     assert "returned 1079 records for 1080 input records" in res.output
 
 
 def test_a_crashing_plugin_is_named(cli, project):
-    use(Provider(algorithms=[Crashes()]))
-    wf = census_workflow(project)
-    wf.write_text(wf.read_text().replace("uses: mdav", "uses: test.crashes").replace("{k: 5}", "{}"))
+    wf = census_using(project, Crashes(), "{}")
     res = cli("run", wf, "--db", project / "s.duckdb")
     assert res.exit_code == 1
     assert "step 'grouped': test.crashes ((not installed) 9.9) failed: ZeroDivisionError: boom" in res.output
