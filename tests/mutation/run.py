@@ -183,6 +183,7 @@ class Outcome:
     diff: str
     equivalent: str | None = None
     seconds: float = 0.0
+    file: str = ""
 
 
 @dataclass
@@ -241,7 +242,7 @@ def run_tool_mutant(item, fn: str, target: Target, tree: Path, timeout: float) -
     diff = res.diff or ""
     killed = res.test_outcome != TestOutcome.SURVIVED
     out = Outcome(target.name, "tool", f"{rel}:{fn}:{m.start_pos[0]} {m.operator_name.removeprefix('core/')}",
-                  killed, res.output == "timeout", diff, seconds=took)
+                  killed, res.output == "timeout", diff, seconds=took, file=rel)
     if not killed:
         out.equivalent = EQUIVALENT.get(change_key(rel, diff))
     return out
@@ -262,7 +263,7 @@ def run_hand_mutant(h: HandMutant, target: Target, tree: Path, env: dict[str, st
     finally:
         path.write_text(original)
     return Outcome(target.name, "hand", h.name, failed, timed_out, diff, seconds=time.monotonic() - t0,
-                   equivalent=None if failed else h.equivalent)
+                   equivalent=None if failed else h.equivalent, file=h.file)
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -290,6 +291,14 @@ def report(outcomes: list[Outcome], planned: dict[str, tuple[int, int]], seconds
     score = total.score()
     lines.append(f"| **all** | | | {total.killed} | {total.equivalent} | {len(total.survivors)} | "
                  f"{'-' if score is None else f'{100 * score:.0f} %'} |")
+    lines += ["", "| module | mutants | killed | equivalent | survived | score |", "|---|---|---|---|---|---|"]
+    for file in sorted({o.file for o in outcomes}):
+        mine = [o for o in outcomes if o.file == file]
+        t = Tally(ran=len(mine), killed=sum(o.killed for o in mine),
+                  equivalent=sum(bool(not o.killed and o.equivalent) for o in mine))
+        score = t.score()
+        lines.append(f"| {file} | {t.ran} | {t.killed} | {t.equivalent} | {t.ran - t.killed - t.equivalent} | "
+                     f"{'-' if score is None else f'{100 * score:.0f} %'} |")
     timeouts = sum(o.timeout for o in outcomes)
     if timeouts:
         lines += ["", f"{timeouts} mutant(s) were killed by the timeout (an endless loop counts as caught)."]
