@@ -513,3 +513,31 @@ def test_a_utility_metrics_input_error_reaches_the_user_as_it_is():
     with pytest.raises(InputError, match="needs a label column") as err:
         run_lattice(t, model_params={"k": 2}, utility="test.refuses", candidates="minimal")
     assert not isinstance(err.value, RunError)
+
+
+class CountsNotMask(Metric):
+    """A third party's model whose partition_holds returns counts instead of a boolean mask."""
+
+    name = "test.counts-not-mask"
+    version = "0.0.1"
+    category = "privacy"
+    requires_original = False
+    monotone = True
+    monotone_with_suppression = True
+
+    def partition_holds(self, partition, params):
+        return partition.sizes.astype(np.int64)
+
+    def compute(self, original, anonymized, params, ctx):
+        return {self.name: 1.0, f"{self.name}.holds": 1.0}
+
+
+def test_a_model_whose_partition_holds_is_not_a_mask_is_named():
+    from anonflow.errors import RunError
+
+    use(CountsNotMask())
+    t = adult(300, quasi=("age", "sex"))
+    with pytest.raises(RunError) as err:
+        run_lattice(t, model="test.counts-not-mask", model_params={})
+    assert "privacy model 'test.counts-not-mask': partition_holds returned int64 of shape" in str(err.value)
+    assert "expected one bool per class (" in str(err.value)

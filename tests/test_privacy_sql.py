@@ -309,6 +309,9 @@ def test_every_check_reports_zeros_for_a_table_with_no_class():
                                          pa.array([None, None], pa.int64())))
     out = run(AlphaKAnonymity(), t, alpha=0.5, k=2)
     assert out["alpha-k-anonymity.classes"] == 0 and out["alpha-k-anonymity.smallest_class"] == 0
+    assert out["alpha-k-anonymity"] == 0 and out["alpha-k-anonymity.worst_ratio"] == 0
+    out = run(AlphaIKAnonymity(), t.replace(typing=table([0], ["flu"], grading=GRADING).typing), k=2)
+    assert out["alpha-i-k-anonymity"] == 0 and out["alpha-i-k-anonymity.worst_ratio"] == 0
     out = run(PSensitiveKAnonymity(), t, k=2, p=2)
     assert out["p-sensitive-k-anonymity.classes"] == 0 and out["p-sensitive-k-anonymity.smallest_class"] == 0
     out = run(LDiversity(), t, l=2)
@@ -388,3 +391,24 @@ def test_by_class_needs_class_ids_and_by_values_needs_quasi_identifiers():
     with pytest.raises(InputError, match="l-diversity by values needs quasi-identifiers"):
         run(LDiversity(), no_qi, l=2, by="values")
     assert run(LDiversity(), no_qi, l=2, by="class")["l-diversity.holds"] == 1
+
+
+def test_per_level_bounds_with_an_odd_number_of_levels():
+    # three levels: flu 0.5 (1), cold 0.6 (2), none 0.9 (3). One class: flu, cold, none, none, none
+    # r = 5: level 3 holds 3/5 = 0.6 <= 0.9, level 1 1/5, level 2 1/5 -> holds; with none x4 of 6
+    # records (flu, cold, none x4): level 3 4/6 = 0.67 <= 0.9 holds too; alpha_3 = 0.5 fails it
+    three = {"levels": [{"alpha": 0.5, "values": ["flu"]}, {"alpha": 0.6, "values": ["cold"]},
+                        {"alpha": 0.9, "values": ["none"]}]}
+    t = table([0] * 5, ["flu", "cold", "none", "none", "none"], grading=three)
+    assert holds(AlphaIKAnonymity(), t, per="level") == [True]
+    tight = {"levels": [*three["levels"][:2], {"alpha": 0.5, "values": ["none"]}]}
+    t = table([0] * 5, ["flu", "cold", "none", "none", "none"], grading=tight)
+    assert holds(AlphaIKAnonymity(), t, per="level") == [False]  # level 3: 3/5 > 0.5
+    assert run(AlphaIKAnonymity(), t, per="level")["alpha-i-k-anonymity.violating_classes"] == 1
+
+
+def test_the_missing_marker_is_no_value_wherever_it_sorts():
+    # '?' sorts after digits: values 0-flu, 1-cold, ? -> the marker is not the first code
+    t = table([0, 0, 0, 1, 1], ["0-flu", "1-cold", "?", "0-flu", "?"])
+    assert holds(LDiversity(), t, l=2) == [True, False]
+    assert run(LDiversity(), t, l=2)["l-diversity.violating_classes"] == 1
