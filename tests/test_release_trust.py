@@ -1187,3 +1187,35 @@ def test_a_lossy_join_check_recorded_in_a_table_release_is_named_with_its_index(
     n = len(json.loads((rel / "manifest.json").read_text())["checks"]) - 1
     assert f"manifest field checks: records lossy-join-k (checks[{n}]), which a 'table' release does not have" \
         in failures(result), failures(result)
+
+
+def test_a_metric_verdict_recorded_the_wrong_way_round_is_named(cli, project):
+    rel = released(cli, project)
+    flipped = {}
+
+    def edit(m):
+        i, entry = next((i, e) for i, e in enumerate(m["metrics"]) if e.get("passed") is True)
+        entry["passed"] = False
+        flipped.update(i=i, name=f"{entry['step']}.{entry['name']}")
+
+    forge(rel, edit)
+    code, result = verify(cli, rel)
+    assert code == 1
+    bad = [f for f in failures(result) if f.startswith(f"manifest field metrics[{flipped['i']}].passed")]
+    assert len(bad) == 1 and f"{flipped['name']} = " in bad[0], failures(result)
+    assert bad[0].endswith("passes, but the manifest records passed = False"), bad[0]
+
+
+def test_only_hierarchy_and_typing_steps_pin_files_for_a_rerun():
+    """A forged algorithm step whose parameters look like a hierarchy spec pins no file."""
+    from anonflow_std.verify import recorded_files
+
+    spec = {"age": {"files": {"path": "a" * 64}, "params": {"path": "h.csv"}}}
+    manifest = {"sources": [], "steps": [{"kind": "algorithm", "step": "anon", "params": spec},
+                                         {"kind": "evaluate", "step": "scores", "params": spec},
+                                         {"kind": "hierarchy", "step": "hier", "params": spec}]}
+    files, problems = recorded_files(manifest)
+    assert problems == [] and files == {"h.csv": {"sha256": "a" * 64, "what": "hierarchy file of hier.age",
+                                                  "text": False}}
+    files, _ = recorded_files({"sources": [], "steps": manifest["steps"][:2]})
+    assert files == {}

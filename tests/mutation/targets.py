@@ -207,7 +207,24 @@ _NO_K = ("with no k, the count of classes below k is not reported, and no class 
 _COUNT = "a count of records is never negative, so > 0 and != 0 agree"
 _ORDER = ("changes only the order or number of nodes checked, not any verdict: every node is still classified "
           "(a monotone model's tags are implied by verdicts) and the choice is made over all of them")
+_BY = "by is 'class' or 'values' (the parameter's choices, or the default): 'values' > 'class', so <= is =="
+_LOOP = ("the least cap is found by the loop from any start at or below it, and the loop runs only if "
+         "floor(ceil(100 s / n) / 100 * n) < s, i.e. when the fractional part of 100 s / n (a multiple of 1 / n) "
+         "is at most 1e-9: never below a billion records")
 EQUIVALENT: dict[str, str] = {
+    f"{MG}: if by == \"class\" and CLASS not in table.columns: => if by <= \"class\" and CLASS not in table.columns:":
+        _BY,
+    f"{MG}: if key == \"p\": => if key >= \"p\":":
+        "key is 'k' (handled above), 'p' or 'l', and 'l' < 'p': >= is == on every key the module passes",
+    "anonflow/runner.py: need = min(math.ceil(suppressed / records * 100 - 1e-9) / 100, 1.0) "
+    "=> need = min(math.ceil(suppressed / records * 100 * 1e-9) / 100, 1.0)":
+        "need then starts at 0.01, and the loop raises it by 0.01 until the cap suffices: the same least cap",
+    "anonflow/runner.py: while need < 1.0 and suppression_limit(need, records) < suppressed: "
+    "=> while need != 1.0 and suppression_limit(need, records) < suppressed:": _LOOP,
+    "anonflow/runner.py: while need < 1.0 and suppression_limit(need, records) < suppressed: "
+    "=> while need < 2.0 and suppression_limit(need, records) < suppressed:": _LOOP,
+    f"{LAT}: self.kept = np.round(1 - kept / sp.d, 12) => self.kept = np.round(1 - kept + sp.d, 12)": _ORDER,
+    f"{LAT}: if self.flat[s] == 0: => if self.flat[s] <= 0:": _ORDER,
     "anonflow/builtins.py: if original is not None and anonymized.num_rows < original.num_rows and ROW in "
     "anonymized.columns: => if original is not None and anonymized.num_rows <= original.num_rows and ROW in "
     "anonymized.columns:":
