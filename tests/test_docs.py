@@ -505,3 +505,12 @@ def test_store_schema_doc_is_rendered_from_the_migrations():
 def test_readme_links_resolve():
     for target in re.findall(r"\]\(([^)#]+)\)", README.read_text()):
         assert (README.parent / target).exists(), target
+
+
+def test_readme_holds_the_commands_ci_runs():
+    """.ci/run greps README.md for its test command; a README edit must not lose it."""
+    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    test_cmd = re.search(r'^test_cmd="(.+)"$', ci, re.M).group(1)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert test_cmd in readme
+    assert "pip install . && anonflow run workflows/" in readme  # command 1: a real workflow on shipped data
