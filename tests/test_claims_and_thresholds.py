@@ -212,3 +212,41 @@ def test_an_evaluate_step_enforces_a_privacy_check_that_does_not_hold(cli, proje
     wf.write_text(wf.read_text().replace("{metrics: [{k-anonymity: {k: 5}}]}",
                                          "{metrics: [{k-anonymity: {k: 5}}], enforce: false}"))
     assert cli("run", wf, "--db", project / "s.duckdb").exit_code == 0
+
+
+class Named(Metric):
+    """Returns whatever it is told: names, verdicts, and what its check saw."""
+    name = "test.named"
+    version = "1"
+    category = "utility"
+    requires_original = False
+    params = (Param("key", "str", default="test.named"), Param("holds", "float", default=1.0))
+    checked: list = []
+
+    def check(self, params, **tables):
+        Named.checked.append(sorted(tables))
+
+    def compute(self, original, anonymized, params, ctx):
+        return {params["key"]: 1.0, "test.named.holds": params["holds"]}
+
+
+@pytest.mark.parametrize("key", ["aaa", "zzz", "test.namedx"])
+def test_a_metric_value_must_carry_the_metrics_name(cli, project, key):
+    use(Provider(metrics=[Named()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("with: {metrics: [sse-il, k-anonymity]}",
+                                         "with: {metrics: [{test.named: {key: %s}}]}" % key))
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 1
+    assert f"metric 'test.named' returned the value '{key}'; names must start with 'test.named'" in res.output
+
+
+def test_only_privacy_checks_are_enforced_and_checks_see_both_tables(cli, project):
+    Named.checked.clear()
+    use(Provider(metrics=[Named()]))
+    wf = census_workflow(project)
+    wf.write_text(wf.read_text().replace("with: {metrics: [sse-il, k-anonymity]}",
+                                         "with: {metrics: [{test.named: {holds: 0.0}}]}"))
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 0, res.output  # a utility metric's .holds = 0 fails nothing
+    assert Named.checked[-1] == ["anonymized", "original"]  # [original, anonymized] input: both checked

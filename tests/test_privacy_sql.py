@@ -412,3 +412,11 @@ def test_the_missing_marker_is_no_value_wherever_it_sorts():
     t = table([0, 0, 0, 1, 1], ["0-flu", "1-cold", "?", "0-flu", "?"])
     assert holds(LDiversity(), t, l=2) == [True, False]
     assert run(LDiversity(), t, l=2)["l-diversity.violating_classes"] == 1
+
+
+def test_real_distinct_counts_pairs_for_any_number_of_values():
+    # three values (m = 3, '?' first): class 2 holds a and b -> 2 real distinct values; a
+    # (class, code) key that is not class * m + code would fold class 2's pairs into one
+    t = table([0, 0, 1, 1, 2, 2], ["a", "?", "b", "?", "a", "b"])
+    assert holds(LDiversity(), t, l=2) == [False, False, True]
+    assert run(LDiversity(), t, l=2)["l-diversity.violating_classes"] == 2

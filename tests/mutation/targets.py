@@ -212,6 +212,18 @@ _LOOP = ("the least cap is found by the loop from any start at or below it, and 
          "floor(ceil(100 s / n) / 100 * n) < s, i.e. when the fractional part of 100 s / n (a multiple of 1 / n) "
          "is at most 1e-9: never below a billion records")
 EQUIVALENT: dict[str, str] = {
+    f"{AK}: row = sql(query, [int(k or 0)], **tables).to_pylist()[0] "
+    f"=> row = sql(query, [int(k or 0)], **tables).to_pylist()[ -1]": "the query returns exactly one row",
+    f"{M}: if by == \"class\": => if by <= \"class\":": _BY,
+    f"{MG}: return ctx.sql(query, [int(k or 0), int(p or 0)], published=data).to_pylist()[0] "
+    f"=> return ctx.sql(query, [int(k or 0), int(p or -1)], published=data).to_pylist()[0]":
+        "no class has a negative distinct count: d < 0 and d < -1 are both never true",
+    f"{LAT}: if self._cache[j].levels == levels: => if self._cache[j].levels >= levels:":
+        "the cached node is below the target in every coordinate; lexicographically >= as well only if equal",
+    f"{LAT}: sat = self.status == 1 => sat = self.status >= 1": "a node's status is -1, 0 or 1",
+    f"{LAT}: minimal = np.flatnonzero(search.minimal().reshape(-1)) "
+    f"=> minimal = np.flatnonzero(search.minimal().reshape(- 2))":
+        "numpy reads any negative size of a one-dimensional reshape as 'the rest': the same flat array",
     f"{MG}: if by == \"class\" and CLASS not in table.columns: => if by <= \"class\" and CLASS not in table.columns:":
         _BY,
     f"{MG}: if key == \"p\": => if key >= \"p\":":
