@@ -745,18 +745,13 @@ def test_verify_opens_only_regular_files_of_a_release(cli, project, tmp_path, en
         (rel / "report.html").symlink_to(outside)
         forge(rel, lambda m: None)
         expect = "file report.html: is a symbolic link, not a regular file: not opened"
-    elif entry == "manifest.sig":
-        sig = tmp_path / "manifest.sig"
-        sig.write_bytes((rel / "manifest.sig").read_bytes())
-        (rel / "manifest.sig").unlink()
-        (rel / "manifest.sig").symlink_to(sig)
-        expect = "signature: manifest.sig is a symbolic link, not a regular file: not opened"
-    elif entry == "manifest.json":
-        moved = tmp_path / "manifest.json"
-        moved.write_bytes((rel / "manifest.json").read_bytes())
-        (rel / "manifest.json").unlink()
-        (rel / "manifest.json").symlink_to(moved)
-        expect = "file manifest.json: is a symbolic link, not a regular file: not opened"
+    elif entry in ("manifest.sig", "manifest.json"):  # the same bytes, moved out and linked back
+        moved = tmp_path / entry
+        moved.write_bytes((rel / entry).read_bytes())
+        (rel / entry).unlink()
+        (rel / entry).symlink_to(moved)
+        expect = ("signature: manifest.sig" if entry == "manifest.sig" else "file manifest.json:") + \
+            " is a symbolic link, not a regular file: not opened"
     elif entry == "unlisted":
         (rel / "notes.txt").symlink_to(outside)
         expect = "file notes.txt: is a symbolic link, not a regular file: not opened"
