@@ -30,7 +30,13 @@ from .params import REQUIRED, Param
 from .schema import CLASS, ROW, Attribute, Typing
 from .table import TypedTable
 
+
+def sql_ident(name: str) -> str:
+    """A column or table name quoted for SQL (for queries given to ``ctx.sql`` / ``ctx.derive``)."""
+    return '"' + name.replace('"', '""') + '"'
+
 __all__ = [
+    "sql_ident",
     "Algorithm", "Metric", "Publisher", "HierarchyBuilder", "Hierarchy", "Param", "REQUIRED", "StepContext", "Output",
     "Partition", "MAX_SUPPRESSION", "suppression_limit",
     "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
@@ -353,6 +359,20 @@ class StepContext:
     #: ``store_table(name, arrow_table)`` keeps a table in the store (publishers use it to
     #: publish into DuckDB) and returns the view it can be queried by.
     store_table: Callable[[str, pa.Table], str] | None = None
+    #: ``derive(query, params=None, *, ordered=True, **tables)`` writes the query's records to
+    #: the store and returns them as a stored (untyped) :class:`TypedTable`, read column by
+    #: column when asked; keyword tables are visible by name as in :attr:`sql`. With
+    #: ``ordered`` the query must yield ``_row`` in order (a projection, a filter, a
+    #: ``POSITIONAL JOIN`` of same-length inputs), else the records are sorted by ``_row``.
+    derive: Callable[..., TypedTable] | None = None
+    #: ``discard(table)`` drops a derived table that will not be a step's output.
+    discard: Callable[[TypedTable], None] = lambda table: None
+    #: ``relation(query, rows=None, **tables)``: a query over stored tables as a stored table
+    #: that is not written (a view, read when asked); for a publisher, a step's ordering.
+    relation: Callable[..., TypedTable] | None = None
+    #: ``copy_to(table, path, format=..., options=..., columns=...)`` writes a stored table with
+    #: DuckDB's ``COPY`` (``csv`` or ``parquet``), in the table's order.
+    copy_to: Callable[..., None] | None = None
     #: provider behind :meth:`run_info` (set by the runner)
     run_record: Callable[[], RunInfo] | None = None
     #: in an evaluate step given [original, anonymized]: how many of the original's records

@@ -19,6 +19,7 @@ Each declares its parameters like a plugin does, checks what it can before anyth
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -33,6 +34,7 @@ from .grading import Grading, check_grading_against, load_grading
 from .hierarchy import Hierarchy
 from .params import Param, ParamError, suggest, validate_params
 from .schema import CLASS, ROW, TYPES, Attribute, Typing
+from .store import ident
 from .table import TypedTable
 
 MISSING_CATEGORY = "?"
@@ -207,108 +209,125 @@ class TypingStep(Builtin):
         _check_column_names([c for c in keep if c != ROW], where)
         return tuple(keep)
 
-    def run(self, table: pa.Table, params: Mapping[str, Any], ctx: StepContext, where: str) -> tuple[TypedTable, dict]:
+    def run(self, source: TypedTable | pa.Table, params: Mapping[str, Any], ctx: StepContext,
+            where: str) -> tuple[TypedTable, dict]:
+        """Type ``source`` in the store. Every check is made on each column's distinct values
+        (with their counts and first record, one ``GROUP BY`` per column), never on the
+        records in Python; the typed records are a view of the source's (a projection, less
+        the records dropped for missing values) or, when typing changes values (text read as
+        numbers or codes, missing values made a category), a table written by DuckDB."""
         roles = self.roles(params, where)
         _check_missing_params(params, where)
-        summary: dict[str, Any] = {"records_in": table.num_rows}
-        keep = [c for c in table.column_names if c != ROW and (
+        if isinstance(source, pa.Table):  # records given in memory: into the store first
+            source = ctx.derive("SELECT * FROM records", ordered=False, records=source)
+        names = source.columns
+        n_in = source.num_rows
+        summary: dict[str, Any] = {"records_in": n_in}
+        keep = [c for c in names if c != ROW and (
             (c in roles and roles[c][0] != "identifier") or (c not in roles and params["others"] == "insensitive"))]
         _check_column_names(keep, where)
-        dropped_cols = [c for c in table.column_names if c != ROW and c not in keep]
+        dropped_cols = [c for c in names if c != ROW and c not in keep]
         if dropped_cols:
             summary["columns_dropped"] = dropped_cols
-        undeclared = [c for c in table.column_names if c != ROW and c not in roles]
+        undeclared = [c for c in names if c != ROW and c not in roles]
         if undeclared and params["others"] == "drop":
             ctx.note(f"columns not named in the typing were dropped (others: drop): {', '.join(undeclared)}")
-        for c in table.column_names:
-            if c == ROW or (c in roles and roles[c][0] != "insensitive") or c not in keep:
+        values = {c: _Values.of(source, c, ctx) for c in keep}
+        for c in keep:
+            if c in roles and roles[c][0] != "insensitive":
                 continue
-            why = _identifier_like(c, table.column(c))
+            why = _identifier_like(c, values[c])
             if why and c not in roles:
                 raise InputError(f"column {c!r} is named in no role and {why}, so it looks like an identifier; "
                                  f"declare it under 'identifier' (dropped) or under 'insensitive' (published as it "
                                  "is, deliberately)", where=where)
             if why:
                 ctx.note(f"column {c!r} is declared insensitive and is published as it is, though {why}")
-        table = table.select([ROW, *keep])
 
         # missing values: nulls, NaN, empty and whitespace-only text, and the declared markers
         markers = pa.array(list(params["missing_values"]), type=pa.string())
-        missing_masks = {}
+        missing: dict[str, tuple[pa.Array, int]] = {}   # column -> (mask over its distinct values, records)
         for c in keep:
-            col = table.column(c)
-            mask = pc.is_null(col)
-            if _is_text(col.type):
-                blank = pc.equal(pc.utf8_trim_whitespace(col), "")
-                if len(markers):
-                    blank = pc.or_(blank, pc.is_in(col, value_set=markers))
-                mask = pc.or_(mask, pc.fill_null(blank, False))
-            elif pa.types.is_floating(col.type):  # a NaN (a CSV's "NaN" reads as one) is missing too
-                mask = pc.or_(mask, pc.fill_null(pc.is_nan(col), False))
-            n_missing = pc.sum(mask).as_py() or 0
+            vals = values[c]
+            mask = vals.missing(markers)
+            n_missing = int(vals.n[mask.to_numpy(zero_copy_only=False)].sum())
             if n_missing:
-                missing_masks[c] = (mask, n_missing)
-        for c in keep:
+                missing[c] = (mask, n_missing)
             if roles.get(c, ("insensitive",))[0] in ("quasi", "sensitive", "label"):
-                _check_missing_spellings(table.column(c), c, missing_masks.get(c, (None,))[0],
-                                         params["not_missing"], where)
-        if missing_masks:
-            policy = params["missing"]
-            counts = {c: n for c, (_, n) in missing_masks.items()}
+                _check_missing_spellings(vals, c, missing.get(c, (None,))[0], params["not_missing"], where)
+        conditions: list[str] = []   # SQL: the records to drop
+        cond_params: list[Any] = []
+        exprs = {c: f"t.{ident(c)}" for c in keep}   # each output column, in SQL over the records
+        changes = False
+        policy = params["missing"]
+        if missing:
+            counts = {c: n for c, (_, n) in missing.items()}
             if policy == "error":
-                c, (mask, n) = next(iter(missing_masks.items()))
-                first = int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
+                c, (mask, n) = next(iter(missing.items()))
+                first = int(values[c].first[mask.to_numpy(zero_copy_only=False)].min())
                 fix = "set missing: drop (drop those records, counted)" + (
-                    " or missing: category" if _is_text(table.column(c).type) else
+                    " or missing: category" if _is_text(values[c].type) else
                     " (a number column cannot take missing: category)")
                 raise InputError(f"column {c!r} has {n} missing value(s), the first in record {first + 1}; {fix}",
                                  where=where)
-            if policy == "drop":
-                any_missing = None
-                for mask, _ in missing_masks.values():
-                    any_missing = mask if any_missing is None else pc.or_(any_missing, mask)
-                table = table.filter(pc.invert(any_missing))
-                summary["records_dropped_missing"] = summary["records_in"] - table.num_rows
-                summary["missing_by_column"] = counts
-                ctx.note(f"dropped {summary['records_dropped_missing']} record(s) with missing values "
-                         f"({', '.join(f'{c}: {n}' for c, n in counts.items())})")
-            else:  # category
-                for c, (mask, _) in missing_masks.items():
-                    col = table.column(c)
-                    if not _is_text(col.type):
+            for c, (mask, _) in missing.items():
+                cond, cparams = values[c].missing_sql(f"t.{ident(c)}", mask)
+                if policy == "drop":
+                    conditions.append(cond)
+                    cond_params += cparams
+                else:  # category
+                    if not _is_text(values[c].type):
                         raise InputError(f"column {c!r} is numeric: missing values cannot be a category; "
                                          "use missing: drop", where=where)
-                    filled = pc.if_else(mask, pa.scalar(MISSING_CATEGORY), col)
-                    table = table.set_column(table.column_names.index(c), c, filled)
+            if policy == "drop":
+                summary["missing_by_column"] = counts
+            else:
                 summary["missing_as_category"] = counts
                 ctx.note(f"missing values became the category {MISSING_CATEGORY!r} "
                          f"({', '.join(f'{c}: {n}' for c, n in counts.items())})")
-
+        records = source
+        if conditions:
+            # the records kept, as a view: every later check sees only them
+            records = ctx.relation(f"SELECT * FROM t WHERE NOT ({_inline(' OR '.join(conditions), cond_params)})",
+                                   t=source)
+            summary["records_dropped_missing"] = n_in - records.num_rows
+            ctx.note(f"dropped {summary['records_dropped_missing']} record(s) with missing values "
+                     f"({', '.join(f'{c}: {n}' for c, n in summary['missing_by_column'].items())})")
+            values = {c: _Values.of(records, c, ctx) for c in keep}
         attributes = []
         for c in keep:
             role, spec = roles.get(c, ("insensitive", {}))
-            col = table.column(c)
+            vals = values[c]
+            if policy == "category" and c in missing:
+                mask, _ = missing[c]
+                cond, cparams = vals.missing_sql(f"t.{ident(c)}", mask)
+                exprs[c] = f"CASE WHEN {_inline(cond, cparams)} THEN {_literal(MISSING_CATEGORY)} ELSE t.{ident(c)} END"
+                vals = vals.with_category(mask, MISSING_CATEGORY)
+                changes = True
             declared = spec.get("type")
-            typ = declared or (infer_type(col) if role in ("quasi", "sensitive", "label") else None)
-            if not declared and typ == "nominal" and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-                _check_mostly_numeric(table, c, ctx, where)
+            typ = declared or (infer_type(vals.present()) if role in ("quasi", "sensitive", "label") else None)
+            if not declared and typ == "nominal" and _is_text(vals.type):
+                _check_mostly_numeric(vals, c, ctx, where)
             if typ == "continuous":
-                col = _as_number(table, c, ctx, where)
+                cast = _number_cast(vals, c, ctx, where)
+                if cast:
+                    exprs[c] = f"CAST({exprs[c]} AS {cast})"
+                    changes = True
             elif typ == "semantic":
-                col = _as_codes(col, c, where)
+                if _as_codes(vals, c, where):
+                    exprs[c] = f"CAST({exprs[c]} AS VARCHAR)"
+                    changes = True
             elif typ == "ordinal":
-                _check_order(col, c, spec["order"], where)
-            if col is not table.column(c):
-                table = table.set_column(table.column_names.index(c), c, col)
+                _check_order(vals, c, spec["order"], where)
             options: dict[str, Any] = {}
             if typ == "semantic":
                 options = {"beta": float(spec.get("beta", 1.0)), "w12": float(spec.get("w12", 0.0))}
             if "grading" in spec:
                 grading = Grading.from_json(spec["grading"])
-                graded = col
-                if params["missing"] == "category" and c in missing_masks:  # a missing value takes no level
-                    graded = pc.filter(col, pc.invert(missing_masks[c][0]))
-                for note in check_grading_against(grading, graded, c, where):
+                graded = vals.present()
+                if policy == "category" and c in missing:  # a missing value takes no level
+                    graded = pc.drop_null(pc.filter(values[c].v, pc.invert(missing[c][0])))
+                for note in check_grading_against(grading, pa.chunked_array([graded]), c, where):
                     ctx.note(note)
                 options["grading"] = spec["grading"]
             attributes.append(Attribute(
@@ -316,9 +335,94 @@ class TypingStep(Builtin):
                 order=tuple(map(str, spec["order"])) if "order" in spec else None,
                 weights=tuple(float(w) for w in spec["weights"]) if "weights" in spec else None,
                 source="declared" if declared else ("inferred" if typ else "declared"), options=options))
-        summary["records_out"] = table.num_rows
+        summary["records_out"] = records.num_rows
         summary["typing"] = {a.name: f"{a.role}:{a.type}" if a.type else a.role for a in attributes}
-        return TypedTable(table, Typing(tuple(attributes), params["missing"])), summary
+        select = ", ".join([f"t.{ident(ROW)}"] + [f"{e} AS {ident(c)}" for c, e in exprs.items()])
+        where_sql = f" WHERE NOT ({_inline(' OR '.join(conditions), cond_params)})" if conditions else ""
+        # no value changed: a view of the source's records; else DuckDB writes the typed table
+        out = ctx.derive(f"SELECT {select} FROM t{where_sql}", t=source, view=not changes)
+        return out.replace(typing=Typing(tuple(attributes), policy)), summary
+
+
+def _literal(value: Any) -> str:
+    """A value as an SQL literal (text quoted, numbers as they are)."""
+    if isinstance(value, str):
+        if "\0" in value:
+            raise InputError("a value holds a NUL character")
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return repr(value)
+    raise ValueError(f"cannot write {value!r} as an SQL literal")
+
+
+def _inline(sql: str, params: Sequence[Any]) -> str:
+    """``sql`` with its ``?`` parameters written as literals (for a view, which keeps no
+    parameters); the SQL here is anonflow's own, with ``?`` only as placeholders."""
+    parts = sql.split("?")
+    if len(parts) != len(params) + 1:
+        raise ValueError("parameter count does not match")
+    return "".join(p + (_literal(v) if i < len(params) else "") for i, (p, v) in
+                   enumerate(zip(parts, [*params, None])))
+
+
+@dataclass
+class _Values:
+    """A column's distinct values (null included, as one value), each with its number of
+    records and its first record (``_row``), in order of first appearance."""
+
+    v: pa.Array
+    n: np.ndarray
+    first: np.ndarray
+
+    @classmethod
+    def of(cls, table: TypedTable, column: str, ctx: StepContext) -> "_Values":
+        got = ctx.sql(f"SELECT {ident(column)} AS v, count(*)::BIGINT AS n, min({ident(ROW)}) AS first "
+                      f"FROM t GROUP BY 1 ORDER BY first", t=table)
+        v = got.column("v")
+        v = v.combine_chunks() if v.num_chunks != 1 else v.chunk(0)
+        return cls(v, got.column("n").to_numpy(), got.column("first").to_numpy())
+
+    @property
+    def type(self) -> pa.DataType:
+        return self.v.type
+
+    def present(self) -> pa.Array:
+        """The non-null distinct values."""
+        return pc.drop_null(self.v)
+
+    def missing(self, markers: pa.Array) -> pa.Array:
+        """Which distinct values are missing: null, NaN, empty or whitespace-only text, a marker."""
+        col = self.v
+        mask = pc.is_null(col)
+        if _is_text(col.type):
+            blank = pc.equal(pc.utf8_trim_whitespace(col), "")
+            if len(markers):
+                blank = pc.or_(blank, pc.is_in(col, value_set=markers))
+            mask = pc.or_(mask, pc.fill_null(blank, False))
+        elif pa.types.is_floating(col.type):  # a NaN (a CSV's "NaN" reads as one) is missing too
+            mask = pc.or_(mask, pc.fill_null(pc.is_nan(col), False))
+        return mask
+
+    def missing_sql(self, expr: str, mask: pa.Array) -> tuple[str, list[Any]]:
+        """An SQL condition (and its parameters) true for the records whose value is missing."""
+        parts = [f"{expr} IS NULL"]
+        params: list[Any] = []
+        if _is_text(self.type):
+            listed = [x for x in pc.filter(self.v, mask).to_pylist() if x is not None]
+            if listed:
+                parts.append(f"{expr} IN ({', '.join('?' * len(listed))})")
+                params += listed
+        elif pa.types.is_floating(self.type):
+            parts.append(f"isnan({expr})")
+        return "(" + " OR ".join(parts) + ")", params
+
+    def with_category(self, mask: pa.Array, category: str) -> "_Values":
+        return _Values(pc.if_else(mask, pa.scalar(category), self.v), self.n, self.first)
+
+    def records(self, mask: Any) -> int:
+        return int(self.n[np.asarray(mask, dtype=bool)].sum())
 
 
 #: first characters that make a spreadsheet read a cell as a formula (OWASP's list)
@@ -358,11 +462,11 @@ def _check_missing_params(params: Mapping[str, Any], where: str) -> None:
                             f"the real value {MISSING_CATEGORY!r}", where=where)
 
 
-def _check_missing_spellings(col: pa.ChunkedArray, c: str, missing: Any, allowed: Sequence[str],
-                             where: str) -> None:
+def _check_missing_spellings(vals: "_Values", c: str, missing: Any, allowed: Sequence[str], where: str) -> None:
     """A common spelling of "missing" in a quasi-identifier, sensitive or label column must be
     declared: under ``missing_values`` (missing) or ``not_missing`` (a real value). Otherwise
     it would silently count as one more real, diverse value."""
+    col = vals.v
     if not _is_text(col.type):
         return
     key = pc.utf8_lower(pc.utf8_trim_whitespace(col))
@@ -371,11 +475,11 @@ def _check_missing_spellings(col: pa.ChunkedArray, c: str, missing: Any, allowed
         odd = pc.and_(odd, pc.invert(pc.is_in(col, value_set=pa.array(list(map(str, allowed)), pa.string()))))
     if missing is not None:
         odd = pc.and_(odd, pc.invert(missing))
-    odd = pc.fill_null(odd, False)
-    if not pc.any(odd).as_py():
+    odd = np.asarray(pc.fill_null(odd, False).to_numpy(zero_copy_only=False), dtype=bool)
+    if not odd.any():
         return
-    found = pc.value_counts(pc.filter(col, odd)).to_pylist()
-    value, n = found[0]["values"], found[0]["counts"]
+    found = pc.filter(col, pa.array(odd)).to_pylist()
+    value, n = found[0], int(vals.n[odd][0])
     more = f" (and {len(found) - 1} other such spelling(s))" if len(found) > 1 else ""
     raise InputError(f"column {c!r} holds {value!r} {n} time(s){more}, a common spelling of a missing value; say "
                      f"what it is: missing_values: [{value!r}] (missing) or not_missing: [{value!r}] (a real value)",
@@ -396,7 +500,7 @@ _ID_PREFIXES = ("household", "hh", "person", "pers", "record", "rec", "patient",
                 "user", "member", "respondent", "resp", "case", "row", "subject", "employee", "emp", "account")
 
 
-def _identifier_like(name: str, col: pa.ChunkedArray) -> str | None:
+def _identifier_like(name: str, vals: "_Values") -> str | None:
     """Why an undeclared column looks like a direct identifier (its name, or values distinct for
     at least 90 % of at least 20 records), or None."""
     import re
@@ -411,9 +515,10 @@ def _identifier_like(name: str, col: pa.ChunkedArray) -> str | None:
             or any(f in compact for f in _ID_FRAGMENTS) \
             or (len(words) > 1 and words[-1] in ("number", "no", "num", "nr", "code") and words[-2] in _ID_WORDS):
         return "its name says so"
-    n = len(col) - col.null_count
+    valid = np.asarray(pc.is_valid(vals.v).to_numpy(zero_copy_only=False), dtype=bool)
+    n = int(vals.n[valid].sum())
     if n >= 20:
-        distinct = pc.count_distinct(col).as_py()
+        distinct = int(valid.sum())
         if distinct >= 0.9 * n:
             return f"its values are distinct for {distinct} of {n} records"
     return None
@@ -435,63 +540,70 @@ def infer_type(col: pa.ChunkedArray) -> str:
     return "nominal"
 
 
-def _non_numbers(table: pa.Table, c: str, ctx: StepContext) -> tuple[int, int, int, Any]:
-    """For a text column: (values that are numbers, values that are not, first bad record, its value)."""
-    probe = pa.table({ROW: table.column(ROW), "v": table.column(c).cast(pa.string())})
-    row = ctx.sql("SELECT count(*) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NOT NULL), "
-                  "count(*) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NULL), "
-                  "arg_min(_row, _row) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NULL), "
-                  "arg_min(v, _row) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NULL) "
+def _non_numbers(vals: "_Values", ctx: StepContext) -> tuple[int, int, int, Any]:
+    """For a text column: (records whose value is a number, records whose value is not, the
+    first bad record, its value), from the distinct values."""
+    probe = pa.table({"v": vals.v.cast(pa.string()), "n": vals.n, "first": vals.first})
+    row = ctx.sql("SELECT coalesce(sum(n) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NOT NULL), 0), "
+                  "coalesce(sum(n) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NULL), 0), "
+                  "min(first) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NULL), "
+                  "arg_min(v, first) FILTER (WHERE TRY_CAST(v AS DOUBLE) IS NULL) "
                   "FROM probe WHERE v IS NOT NULL", probe=probe).to_pylist()[0]
     ok, bad, first, value = row.values()
     return int(ok), int(bad), first, value
 
 
-def _as_number(table: pa.Table, c: str, ctx: StepContext, where: str) -> pa.ChunkedArray:
-    col = table.column(c)
-    t = col.type
+def _number_cast(vals: "_Values", c: str, ctx: StepContext, where: str) -> str | None:
+    """The SQL type a continuous column's values are cast to (None: they are numbers already)."""
+    t = vals.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return col
+        return None
     if pa.types.is_boolean(t):
-        return col.cast(pa.int64())
+        return "BIGINT"
     if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_decimal(t)):
         raise InputError(f"column {c!r} has type {t}, which is not numeric; declare it nominal", where=where)
-    _, bad, first, value = _non_numbers(table, c, ctx)
+    _, bad, first, value = _non_numbers(vals, ctx)
     if bad:
         raise InputError(f"column {c!r} is declared continuous but record {first + 1} has the value {value!r}, "
                          "which is not a number; fix the value, declare the column nominal, or list the value "
                          "under missing_values", where=where)
-    return pc.cast(col, pa.float64())
+    return "DOUBLE"
 
 
-def _check_mostly_numeric(table: pa.Table, c: str, ctx: StepContext, where: str) -> None:
+def _check_mostly_numeric(vals: "_Values", c: str, ctx: StepContext, where: str) -> None:
     """A text column whose values are all numbers but a few is almost surely a numeric
     column with a typo: say so instead of silently typing it nominal."""
-    ok, bad, first, value = _non_numbers(table, c, ctx)
+    ok, bad, first, value = _non_numbers(vals, ctx)
     if bad and ok >= 0.99 * (ok + bad):
         raise InputError(f"column {c!r} holds numbers except {bad} value(s), the first in record {first + 1}: "
                          f"{value!r}; fix the value, list it under missing_values, or declare the column's type "
                          f"explicitly ({{{c}: nominal}} or {{{c}: continuous}})", where=where)
 
 
-def _as_codes(col: pa.ChunkedArray, c: str, where: str) -> pa.ChunkedArray:
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+def _as_codes(vals: "_Values", c: str, where: str) -> bool:
+    """Check a semantic column's codes (one length); True if they must be cast to text."""
+    col = vals.present()
+    cast = not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type))
+    if cast:
         col = col.cast(pa.string())
-    lengths = pc.utf8_length(col)
-    lo, hi = pc.min(lengths).as_py(), pc.max(lengths).as_py()
-    if lo != hi:
-        counts = pc.value_counts(lengths).to_pylist()
-        common = max(counts, key=lambda d: d["counts"])["values"]
-        odd = pc.filter(col, pc.not_equal(lengths, common))[0].as_py()
+    if not len(col):
+        return cast
+    lengths = pc.utf8_length(col).to_numpy(zero_copy_only=False)
+    if lengths.min() != lengths.max():
+        n = vals.n[np.asarray(pc.is_valid(vals.v).to_numpy(zero_copy_only=False), dtype=bool)]
+        uniq = np.unique(lengths)
+        weight = np.array([n[lengths == u].sum() for u in uniq])
+        common = int(uniq[int(np.argmax(weight))])
+        odd = col[int(np.flatnonzero(lengths != common)[0])].as_py()
         raise InputError(f"semantic column {c!r} needs codes of one length; most have {common} symbols but "
                          f"{odd!r} has {len(odd)} (read the column as text, e.g. types: {{{c}: VARCHAR}}, "
                          "to keep leading zeros)", where=where)
-    return col
+    return cast
 
 
-def _check_order(col: pa.ChunkedArray, c: str, order: list, where: str) -> None:
+def _check_order(vals: "_Values", c: str, order: list, where: str) -> None:
     order_set = pa.array([str(v) for v in order], type=pa.string())
-    values = pc.unique(col.cast(pa.string()))
+    values = pc.unique(vals.v.cast(pa.string()))
     missing = pc.filter(values, pc.invert(pc.is_in(values, value_set=order_set)))
     if len(missing):
         raise InputError(f"ordinal column {c!r}: value {missing[0].as_py()!r} is not in its 'order' "
@@ -615,7 +727,7 @@ class HierarchyStep(Builtin):
         for column, spec in params.items():
             reg = registry.get("hierarchy", spec["builder"], where=where)
             cwhere = f"{where}: column {column!r}"
-            col = table.data.column(column)
+            col = table.column(column)
             values = pc.unique(pc.drop_null(col))
             if isinstance(values, pa.ChunkedArray):
                 values = values.combine_chunks()
@@ -704,12 +816,30 @@ class EvaluateStep(Builtin):
 
     def run(self, tables: Sequence[TypedTable], params: Mapping[str, Any], registry: Any, ctx: StepContext,
             where: str) -> tuple[dict[str, float], list[str]]:
+        scratch: list[TypedTable] = []
+        try:
+            return self._evaluate(tables, params, registry, ctx, where, scratch)
+        finally:
+            for table in scratch:
+                ctx.discard(table)
+
+    def _evaluate(self, tables: Sequence[TypedTable], params: Mapping[str, Any], registry: Any, ctx: StepContext,
+                  where: str, scratch: list[TypedTable]) -> tuple[dict[str, float], list[str]]:
         original, anonymized = (tables[0], tables[1]) if len(tables) == 2 else (None, tables[0])
         if original is not None and anonymized.num_rows < original.num_rows and ROW in anonymized.columns:
             # records suppressed by the algorithm: compare the published ones with their originals
-            kept = pc.is_in(original.data.column(ROW), value_set=anonymized.data.column(ROW).combine_chunks())
-            ctx.suppressed = original.num_rows - int(pc.sum(kept).as_py() or 0)
-            original = original.replace(data=original.data.filter(kept))
+            if original.loaded or anonymized.loaded or ctx.derive is None:
+                kept = pc.is_in(original.column(ROW), value_set=anonymized.column(ROW).combine_chunks())
+                ctx.suppressed = original.num_rows - int(pc.sum(kept).as_py() or 0)
+                original = original.replace(data=original.data.filter(kept))
+            else:  # in the store
+                r = ident(ROW)
+                kept_table = ctx.derive(f"SELECT * FROM original WHERE {r} IN (SELECT {r} FROM anonymized)",
+                                        ordered=False, original=original, anonymized=anonymized)
+                ctx.suppressed = original.num_rows - kept_table.num_rows
+                original = kept_table.replace(typing=original.typing, claims=original.claims,
+                                              hierarchies=original.hierarchies)
+                scratch.append(kept_table)
         values: dict[str, float] = {}
         failures: list[str] = []
         for name, given in metric_entries(params["metrics"], where):
@@ -811,12 +941,21 @@ class PublishStep(Builtin):
             where: str) -> list[Output]:
         own, reg, rest = self.validate_all(params, registry, where)
         reg.obj.check(rest, table=table)
-        return reg.obj.publish(for_publication(table, keep_row=own["row_id"]), rest, ctx)
+        return reg.obj.publish(for_publication(table, keep_row=own["row_id"], ctx=ctx), rest, ctx)
 
 
-def for_publication(table: TypedTable, keep_row: bool = False) -> TypedTable:
+def for_publication(table: TypedTable, keep_row: bool = False, ctx: StepContext | None = None) -> TypedTable:
     """Order records by class, then by their published values (never by source position,
-    which could link them back), and drop ``_row`` unless asked to keep it."""
+    which could link them back), and drop ``_row`` unless asked to keep it. A stored table
+    stays in the store: the ordering is a view the publisher reads (or copies) from."""
+    cols = table.columns
+    if not table.loaded and ctx is not None and ctx.relation is not None:
+        keys = ([CLASS] if CLASS in cols else []) + [c for c in cols if c not in (CLASS, ROW)]
+        nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
+        order = ", ".join(f"{ident(k)} ASC NULLS LAST" for k in [*keys, ROW] if k not in nested)
+        shown = ", ".join(ident(c) for c in cols if keep_row or c != ROW)
+        view = ctx.relation(f"SELECT {shown} FROM t ORDER BY {order}", rows=table.num_rows, t=table)
+        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=view.stored)
     data = table.data
     keys = ([CLASS] if CLASS in data.column_names else []) + [c for c in data.column_names if c not in (CLASS, ROW)]
     sortable = [k for k in keys if not pa.types.is_nested(data.column(k).type)] + [ROW]

@@ -148,18 +148,28 @@ class _Progress:
               help="Output folder: every published path lies inside it (default: out/ beside the workflow file).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the run's results.")
 @click.option("--no-cache", is_flag=True, help="Re-run every step even if an identical one succeeded before.")
+@click.option("--memory", default=None, metavar="SIZE",
+              help="DuckDB's memory limit, e.g. 2GB (beyond it, it spills to disk); overrides resources.memory.")
+@click.option("--threads", type=click.IntRange(min=1, max=1024), default=None,
+              help="DuckDB's threads; overrides resources.threads.")
+@click.option("--temp-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder DuckDB spills to (anonflow makes an owner-only folder inside, removed at the end).")
 @_guard
 def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], out_dir: Path | None,
-        as_json: bool, no_cache: bool) -> None:
+        as_json: bool, no_cache: bool, memory: str | None, threads: int | None, temp_dir: Path | None) -> None:
     """Validate and run a workflow file."""
     from .runner import Runner
+    from .spec import Resources, check_memory
 
     spec = load_workflow(workflow, overrides, seed)
+    resources = Resources(check_memory(memory, "--memory") if memory is not None else None, threads,
+                          temp_dir.resolve() if temp_dir is not None else None)
     registry = get_registry()
     plan = build_plan(spec, registry)
     with Store(db) as store:
         reporter = _Progress(enabled=sys.stderr.isatty() and not as_json)
-        result = Runner(store, registry, reporter).run(spec, use_cache=not no_cache, output_dir=out_dir, plan=plan)
+        result = Runner(store, registry, reporter, resources=resources).run(
+            spec, use_cache=not no_cache, output_dir=out_dir, plan=plan)
     if as_json:
         _echo_json(result.to_json())
         return

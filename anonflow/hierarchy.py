@@ -36,6 +36,22 @@ def value_keys(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.cast(values, pa.string())
 
 
+def encode(values: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """A column as (its distinct values in order of first appearance, each record's index
+    into them, -1 for null): work per value is then done once per distinct value."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    enc = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
+    indices = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return enc.dictionary, indices
+
+
+def lookup(per_value: np.ndarray, indices: np.ndarray, missing: int = -1) -> np.ndarray:
+    """``per_value[indices]``, with ``missing`` where an index is -1 (a null)."""
+    out = np.append(per_value.astype(np.int64, copy=False), np.int64(missing))
+    return out[indices]
+
+
 @dataclass(frozen=True)
 class Hierarchy:
     """One column's hierarchy: ``table`` has string columns level0..levelH."""
@@ -84,7 +100,7 @@ class Hierarchy:
 
     def check_covers(self, values: pa.Array | pa.ChunkedArray, where: str, origin: str = "") -> None:
         """Every (non-null) value of the data must be listed at level 0."""
-        keys = pc.unique(pc.drop_null(value_keys(values)))
+        keys = pc.unique(pc.drop_null(value_keys(pc.unique(values))))
         missing = pc.filter(keys, pc.invert(pc.is_in(keys, value_set=self.level(0))))
         if len(missing):
             label = f"hierarchy of {self.column!r}" + (f" ({origin})" if origin else "")
@@ -95,13 +111,15 @@ class Hierarchy:
         """Each value's ancestor at ``level`` (vectorized)."""
         if not 0 <= level <= self.height:
             raise ValueError(f"level {level} outside 0..{self.height}")
-        idx = pc.index_in(value_keys(values), value_set=self.level(0))
-        return pc.take(self.level(level), idx)
+        codes = self.codes(values)
+        return pc.take(self.level(level), pa.array(codes, mask=codes < 0))
 
     def codes(self, values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        """Row index (into this hierarchy) of each value; -1 where absent."""
-        idx = pc.index_in(value_keys(values), value_set=self.level(0))
-        return pc.fill_null(idx, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        """Row index (into this hierarchy) of each value; -1 where absent (looked up once per
+        distinct value)."""
+        distinct, indices = encode(values)
+        idx = pc.fill_null(pc.index_in(value_keys(distinct), value_set=self.level(0)), -1)
+        return lookup(idx.to_numpy(zero_copy_only=False), indices)
 
     def leaves_under(self, level: int) -> np.ndarray:
         """For each hierarchy row, the number of level-0 values sharing its ancestor at ``level``."""

@@ -23,8 +23,8 @@ from .errors import AnonflowError, InputError, PluginError, RunError
 from .lineage import canonical_json
 from .plugins import Registry, get_registry
 from .schema import CLASS, ROW
-from .spec import WorkflowSpec
-from .store import SCHEMA_VERSION, Artifact, Store
+from .spec import Resources, WorkflowSpec
+from .store import SCHEMA_VERSION, Artifact, OutOfMemory, Store, ident
 from .outputs import inside
 from .params import ParamError, validate_params
 from .table import TypedTable
@@ -57,6 +57,18 @@ class RunResult:
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "status": self.status, "workflow": self.workflow,
                 "metrics": self.metrics, "outputs": self.outputs, "steps": self.steps, "error": self.error}
+
+
+def _out_of_memory(exc: BaseException) -> str | None:
+    """What ran out, if ``exc`` (or what caused it) is running out of memory."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, OutOfMemory):
+            return "DuckDB could not stay within its memory limit"
+        if isinstance(exc, MemoryError):
+            return "Python could not allocate memory"
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def step_seed(seed: int, step: str) -> int:
@@ -224,10 +236,11 @@ def output_params(params: dict[str, Any], publisher: Any) -> list[tuple[str, str
 
 class Runner:
     def __init__(self, store: Store, registry: Registry | None = None, reporter: Reporter | None = None,
-                 history: list[dict[str, Any]] | None = None) -> None:
+                 history: list[dict[str, Any]] | None = None, resources: Resources | None = None) -> None:
         """``history`` stands in for the store's earlier runs of the workflow in
         ``ctx.run_info().history()`` (``anonflow verify --rerun`` hands over what the
-        original run saw)."""
+        original run saw); ``resources`` (the CLI's flags) override the workflow's."""
+        self.resources = resources or Resources()
         self.store = store
         self.registry = registry or get_registry()
         self.reporter = reporter or Reporter()
@@ -238,6 +251,7 @@ class Runner:
             plan: Plan | None = None) -> RunResult:
         """Run every step of ``spec``; raise :class:`AnonflowError` (with ``run_id`` set) on failure."""
         plan = plan or build_plan(spec, self.registry)
+        self.store.configure(spec.resources.merged(self.resources))
         out_dir = default_output_dir(spec, output_dir)
         guard = check_outputs(plan, out_dir, self.store, self.registry)
         run_id = self.store.begin_run(workflow=spec.name, path=str(spec.path), text=spec.text,
@@ -245,6 +259,7 @@ class Runner:
                                       overrides=[list(o) for o in spec.overrides], versions=versions(self.registry))
         result = RunResult(run_id=run_id, status="running", workflow=spec.name)
         artifacts: dict[str, Artifact] = {}
+        name = ""
         self.output_guard = guard  # the same guard checks each path again when it is written
         try:
             for position, name in enumerate(plan.order):
@@ -259,6 +274,12 @@ class Runner:
                 if (rec.get("summary") or {}).get("suppressed") is not None:
                     result.steps[-1]["suppressed"] = rec["summary"]["suppressed"]
         except BaseException as exc:
+            memory = _out_of_memory(exc)
+            if memory is not None:
+                exc = RunError(f"out of memory ({memory}); DuckDB's memory limit is {self.store.memory_limit}: "
+                               "raise it (resources: {memory: ...} in the workflow, or --memory), or free memory "
+                               "on the machine; DuckDB spills to its temp directory (--temp-dir) within the limit",
+                               where=spec.where(f"{'source' if name in spec.sources else 'step'} {name!r}"))
             if not isinstance(exc, AnonflowError):
                 if isinstance(exc, Exception):
                     err = RunError(f"{type(exc).__name__}: {exc}")
@@ -353,7 +374,9 @@ class Runner:
 
         ctx = StepContext(step=node.name, seed=seed, rng=np.random.default_rng(seed), workflow_dir=spec.base_dir,
                           output_dir=out_dir, sql=self.store_sql, progress=self.reporter.progress,
-                          store_table=store_table, run_record=run_record, output_guard=self.output_guard)
+                          store_table=store_table, run_record=run_record, output_guard=self.output_guard,
+                          derive=self.store.derive_table, discard=self.store.discard,
+                          relation=self.store.relation, copy_to=self.store.copy_to)
         tables = [self.store.get(a.table) for a in inputs]
         ctx.inputs = tables
         metrics: dict[str, float] = {}
@@ -362,7 +385,7 @@ class Runner:
         summary: dict[str, Any] = {}
         try:
             if node.kind == "typing":
-                typed, summary = BUILTINS["typing"].run(tables[0].data, node.params, ctx, where)
+                typed, summary = BUILTINS["typing"].run(tables[0], node.params, ctx, where)
                 self._store_output(node, typed, rec, run_id)
             elif node.kind in ("filter", "sample"):
                 typed, summary = BUILTINS[node.kind].run(tables[0], node.params, ctx, where)
@@ -438,16 +461,20 @@ class Runner:
         if algo.inputs == 1 and (CLASS in table.columns or table.claims):
             # another algorithm's output: its classes and its claims are not this step's. The
             # algorithm starts from the records (a two-input algorithm reads the partition itself)
-            table = table.replace(data=table.data.drop_columns([c for c in (CLASS,) if c in table.columns]),
-                                  claims={})
+            if CLASS in table.columns and not table.loaded:
+                cols = ", ".join(ident(c) for c in table.columns if c != CLASS)
+                table = ctx.derive(f"SELECT {cols} FROM input", input=table).replace(
+                    typing=table.typing, hierarchies=table.hierarchies)
+            elif CLASS in table.columns:
+                table = table.replace(data=table.data.drop_columns([CLASS]))
+            table = table.replace(claims={})
             ctx.inputs = [table, *ctx.inputs[1:]]
         algo.check(node.params, table=table)
         out = algo.run(table, node.params, ctx)
         if not isinstance(out, TypedTable):
             raise RunError(f"algorithm {node.uses!r} returned {type(out).__name__}, expected a TypedTable", where=where)
         # never silently drop (or invent) records: the output must hold exactly the input's records
-        if out.num_rows != table.num_rows or ROW not in out.columns or not np.array_equal(
-                np.sort(out.rows()), np.sort(table.rows())):
+        if out.num_rows != table.num_rows or ROW not in out.columns or not self.store.same_rows(out, table):
             raise RunError(f"algorithm {node.uses!r} returned {out.num_rows} records for {table.num_rows} input "
                            "records (or changed their _row ids); every record must be accounted for", where=where)
         if CLASS not in out.columns:
@@ -457,13 +484,23 @@ class Runner:
         # then checked on the published records, so no table downstream relies on a false one
         # (a claim a two-input algorithm copied from its input stays only if it still holds)
         out = out.replace(claims={**out.claims, **algo.claims(node.params)})
-        cls = out.data.column(CLASS)
-        if not cls.null_count:
+        nulls = out.column(CLASS).null_count
+        if not nulls:
             return self._check_claims(node, out, ctx, where), None
-        self._check_suppression(node, cls.null_count, table.num_rows, where)
-        keep = pc.is_valid(cls)
-        suppressed = out.replace(data=out.data.filter(pc.invert(keep)).drop_columns([CLASS]), claims={})
-        return self._check_claims(node, out.replace(data=out.data.filter(keep)), ctx, where), suppressed
+        self._check_suppression(node, nulls, table.num_rows, where)
+        if out.loaded:
+            keep = pc.is_valid(out.data.column(CLASS))
+            suppressed = out.replace(data=out.data.filter(pc.invert(keep)).drop_columns([CLASS]), claims={})
+            published = out.replace(data=out.data.filter(keep))
+        else:  # split in the store
+            others = ", ".join(ident(c) for c in out.columns if c != CLASS)
+            c = ident(CLASS)
+            suppressed = ctx.derive(f"SELECT {others} FROM output WHERE {c} IS NULL", output=out).replace(
+                typing=out.typing, hierarchies=out.hierarchies)
+            published = ctx.derive(f"SELECT * FROM output WHERE {c} IS NOT NULL", output=out).replace(
+                typing=out.typing, claims=out.claims, hierarchies=out.hierarchies)
+            self.store.discard(out)
+        return self._check_claims(node, published, ctx, where), suppressed
 
     def _check_claims(self, node: Node, published: TypedTable, ctx: StepContext, where: str) -> TypedTable:
         """Check each claimed model with the privacy metric of the same name on the published

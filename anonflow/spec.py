@@ -18,7 +18,10 @@ import yaml
 from .errors import WorkflowError
 from .params import suggest
 
-TOP_KEYS = ("name", "description", "seed", "sources", "steps")
+TOP_KEYS = ("name", "description", "seed", "resources", "sources", "steps")
+RESOURCE_KEYS = ("memory", "threads", "temp_directory")
+#: a memory size as DuckDB takes it: a number and a unit
+MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
 STEP_KEYS = ("uses", "input", "with", "after", "description")
 SOURCE_KEYS = ("path", "table", "db", "format", "delimiter", "header", "quote", "na_values",
                "types", "description")
@@ -55,6 +58,40 @@ class StepSpec:
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What the store's DuckDB may use: ``memory`` (its memory limit, e.g. ``2GB``; beyond it
+    DuckDB spills to disk), ``threads``, and ``temp_directory`` (where it spills: anonflow
+    makes an owner-only folder of its own inside, removed when the run ends). None: DuckDB's
+    defaults (80 % of the machine's memory, one thread per core, the system's temp folder)."""
+
+    memory: str | None = None
+    threads: int | None = None
+    temp_directory: Path | None = None
+
+    def merged(self, other: "Resources") -> "Resources":
+        """These settings with ``other``'s given ones in their place (CLI flags over the file)."""
+        return Resources(other.memory or self.memory, other.threads or self.threads,
+                         other.temp_directory or self.temp_directory)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"memory": self.memory, "threads": self.threads,
+                "temp_directory": None if self.temp_directory is None else str(self.temp_directory)}
+
+
+def check_memory(value: Any, where: str) -> str:
+    """A memory size (``2GB``, ``512MB``, ``1.5GiB``) or a one-line error."""
+    if isinstance(value, bool) or not isinstance(value, str) or not MEMORY_SIZE.match(value):
+        raise WorkflowError(f"resources.memory must be a size such as 2GB or 512MB, got {value!r}", where=where)
+    return value.strip().replace(" ", "")
+
+
+def check_threads(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+        raise WorkflowError(f"resources.threads must be an integer from 1 to 1024, got {value!r}", where=where)
+    return value
+
+
+@dataclass(frozen=True)
 class WorkflowSpec:
     name: str
     seed: int
@@ -64,6 +101,7 @@ class WorkflowSpec:
     text: str
     overrides: tuple[tuple[str, str, Any], ...] = ()
     description: str = ""
+    resources: Resources = field(default_factory=Resources)
 
     @property
     def base_dir(self) -> Path:
@@ -264,7 +302,31 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
         _set_path(path, steps[step].params, step, param, value)
 
     return WorkflowSpec(name=name, seed=int(wf_seed), sources=sources, steps=steps, path=path,
-                        text=text, overrides=tuple(parsed), description=str(data.get("description") or ""))
+                        text=text, overrides=tuple(parsed), description=str(data.get("description") or ""),
+                        resources=_resources(path, base, data.get("resources")))
+
+
+def _resources(path: Path, base: Path, data: Any) -> Resources:
+    """The ``resources:`` block. A workflow file may come from someone else, so its spill
+    folder must lie inside the workflow's own folder (``--temp-dir`` can name any folder)."""
+    if data is None:
+        return Resources()
+    where = f"{path}: resources"
+    if not isinstance(data, Mapping):
+        raise WorkflowError("expected a mapping such as {memory: 2GB, threads: 4, temp_directory: tmp}", where=where)
+    _check_keys(path, data, RESOURCE_KEYS, "resources")
+    memory = check_memory(data["memory"], where) if data.get("memory") is not None else None
+    threads = check_threads(data["threads"], where) if data.get("threads") is not None else None
+    temp = None
+    if data.get("temp_directory") is not None:
+        raw = data["temp_directory"]
+        if not isinstance(raw, str) or not raw.strip() or "\0" in raw:
+            raise WorkflowError(f"temp_directory must be a folder path, got {raw!r}", where=where)
+        temp = (base / raw).resolve()
+        if Path(raw).is_absolute() or not temp.is_relative_to(base):
+            raise WorkflowError(f"temp_directory {raw!r} lies outside the workflow's folder; give a folder inside "
+                                "it, or name any folder with --temp-dir", where=where)
+    return Resources(memory, threads, temp)
 
 
 def _source(path: Path, base: Path, name: str, data: Any) -> SourceSpec:

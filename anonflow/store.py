@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 from .errors import InputError, StoreError, WorkflowError
 from .hierarchy import Hierarchy
 from .schema import RESERVED, ROW, Typing
-from .spec import SourceSpec
-from .table import TypedTable, canonical, table_hash
+from .spec import Resources, SourceSpec
+from .table import Stored, TableHasher, TypedTable, canonical, table_hash
 
 #: Numbered migrations; append only, never edit one that has shipped.
 MIGRATIONS: list[tuple[str, str]] = [
@@ -115,6 +115,10 @@ MIGRATIONS: list[tuple[str, str]] = [
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
+#: prefix of tables being written (renamed to their content address once hashed)
+SCRATCH = "af_scratch_"
+#: records per batch when the store hashes a table
+HASH_BATCH = 1 << 17
 
 
 def ident(name: str) -> str:
@@ -144,12 +148,14 @@ class Artifact:
     rows: int
 
 
-def _read_expr(src: SourceSpec) -> tuple[str, list[Any]]:
-    """SQL (and its parameters) that reads a file source."""
+def _read_expr(src: SourceSpec, whole: bool = True) -> tuple[str, list[Any]]:
+    """SQL (and its parameters) that reads a file source. CSV column types are sniffed on the
+    whole file (``whole``: no late surprises) or on DuckDB's sample (faster; a value that does
+    not fit then fails the read, and the caller reads again with ``whole``)."""
     if src.format == "parquet":
         return "SELECT * FROM read_parquet(?)", [str(src.path)]
     opts = src.options
-    args = ["sample_size = -1"]  # sniff types on the whole file: no late surprises
+    args = ["sample_size = -1"] if whole else []
     params: list[Any] = [str(src.path)]
     if "delimiter" in opts:
         args.append("delim = ?")
@@ -166,7 +172,7 @@ def _read_expr(src: SourceSpec) -> tuple[str, list[Any]]:
     if "types" in opts:
         args.append("types = ?")
         params.append({str(k): str(v) for k, v in opts["types"].items()})
-    return f"SELECT * FROM read_csv(?, {', '.join(args)})", params
+    return f"SELECT * FROM read_csv({', '.join(['?', *args])})", params
 
 
 def _check_source_file(src: SourceSpec) -> None:
@@ -306,7 +312,7 @@ def describe_source(src: SourceSpec) -> list[tuple[str, str]]:
     if src.format == "duckdb":
         return [(f.name, str(f.type)) for f in read_source(src).schema]
     _check_source_file(src)
-    sql, params = _read_expr(src)
+    sql, params = _read_expr(src, whole=False)
     con = duckdb.connect()
     try:
         rel = con.execute(f"DESCRIBE {sql}", params)
@@ -322,8 +328,29 @@ def describe_source(src: SourceSpec) -> list[tuple[str, str]]:
         con.close()
 
 
+def _sql_text(text: str) -> str:
+    """A string's body for an SQL literal ('' for ')."""
+    if "\0" in text:
+        raise ValueError("a NUL character cannot be written to SQL")
+    return text.replace("'", "''")
+
+
+def _copy_option(value: Any) -> str:
+    """A COPY option's value as an SQL literal: booleans and numbers as they are, a mapping as
+    a struct of text literals (``KV_METADATA``), anything else as a text literal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"'{_sql_text(str(k))}': '{_sql_text(str(v))}'" for k, v in value.items()) + "}"
+    return f"'{_sql_text(str(value))}'"
+
+
 #: what DuckDB raises (the CLI turns it into one line about a damaged store)
 DatabaseError = duckdb.Error
+#: what DuckDB raises when a query needs more memory than its limit and cannot spill
+OutOfMemory = duckdb.OutOfMemoryException
 
 #: runs this process has begun and not finished (never marked interrupted while it lives)
 ACTIVE_RUNS: set[str] = set()
@@ -393,14 +420,41 @@ class Store:
             shutil.rmtree(self._spill, ignore_errors=True)
             raise StoreError(open_failure(self.path, exc)) from None
         try:
+            self.threads = int(self.con.execute("SELECT current_setting('threads')").fetchone()[0])
+            self.memory_limit = str(self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
             if read_only:
                 self._check_schema()
             else:
                 self._migrate()
                 self._mark_interrupted()
+                self._drop_scratch()
         except duckdb.Error as exc:
             self.close()
             raise StoreError(damaged(self.path, exc)) from None
+
+    def configure(self, resources: Resources) -> None:
+        """Apply a workflow's (or the CLI's) ``resources``: DuckDB's memory limit (beyond it,
+        DuckDB spills to disk), its threads, and the folder it spills to (an owner-only folder
+        of anonflow's own is made inside it and removed on close)."""
+        if resources.temp_directory is not None:
+            parent = Path(resources.temp_directory)
+            try:
+                parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                spill = tempfile.mkdtemp(prefix="anonflow-spill-", dir=parent)
+            except OSError as exc:
+                raise StoreError(f"cannot use {parent} as the temp directory: {exc.strerror or exc}") from None
+            self.con.execute(f"SET temp_directory = '{_sql_text(spill)}'")
+            shutil.rmtree(self._spill, ignore_errors=True)
+            self._spill = spill
+        if resources.memory is not None:
+            try:
+                self.con.execute(f"SET memory_limit = '{_sql_text(resources.memory)}'")
+            except duckdb.Error as exc:
+                raise StoreError(f"resources.memory {resources.memory!r}: {_duck_message(exc)}") from None
+        if resources.threads is not None:
+            self.con.execute(f"SET threads = {int(resources.threads)}")
+            self.threads = int(resources.threads)
+        self.memory_limit = str(self._one("SELECT current_setting('memory_limit')")[0])
 
     def _mark_interrupted(self) -> None:
         """Runs left ``running`` by a process that died (killed, power cut) become
@@ -467,17 +521,23 @@ class Store:
 
     # -- SQL for plugins -----------------------------------------------------------------
 
-    def sql(self, query: str, params: list[Any] | None = None, **tables: pa.Table) -> pa.Table:
-        """Run ``query`` with each keyword's Arrow table visible under that name.
+    def sql(self, query: str, params: list[Any] | None = None, **tables: Any) -> pa.Table:
+        """Run ``query`` with each keyword's table visible under that name: an Arrow table is
+        registered, a stored :class:`TypedTable` is read where it lies (a temporary view).
 
         Plugin queries run on one thread: DuckDB's parallel aggregation adds floating-point
         values in an order that varies from run to run, so a ``sum`` or ``avg`` of doubles could
         differ in its last bit and break the promise of identical results (and ``anonflow
         verify --rerun``)."""
-        registered = []
+        registered, views = [], []
         self.con.execute("SET threads = 1")
         try:
             for name, table in tables.items():
+                if isinstance(table, TypedTable) and not table.loaded:
+                    self.con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS "
+                                     f"SELECT * FROM {ident(table.stored.name)}")
+                    views.append(name)
+                    continue
                 if isinstance(table, TypedTable):
                     table = table.data
                 self.con.register(name, table)
@@ -486,16 +546,177 @@ class Store:
         finally:
             for name in registered:
                 self.con.unregister(name)
-            self.con.execute("RESET threads")
+            for name in views:
+                self.con.execute(f"DROP VIEW IF EXISTS temp.{ident(name)}")
+            self.con.execute(f"SET threads = {self.threads}")
 
     # -- data tables ---------------------------------------------------------------------
+    #
+    # Every data table is written in ``_row`` order and read back in insertion order (DuckDB
+    # keeps it: ``preserve_insertion_order``), so reading never sorts. A step's output is
+    # first written to a scratch table, hashed while read once in batches, then renamed to
+    # its content address (or dropped, if that table exists already).
 
-    def put(self, table: TypedTable | pa.Table, *, run_id: str | None = None,
+    def _scratch_name(self) -> str:
+        return f"{SCRATCH}{secrets.token_hex(8)}"
+
+    def _drop_scratch(self) -> None:
+        """Scratch tables left by a process that died (this connection holds the write lock)."""
+        leftovers = self.con.execute(
+            "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND table_catalog = current_database() AND starts_with(table_name, ?)", [SCRATCH]).fetchall()
+        for name, kind in sorted(leftovers, key=lambda r: r[1] != "VIEW"):  # views first: they read the tables
+            self.con.execute(f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} IF EXISTS {ident(name)}")
+
+    def _column_names(self, name: str) -> list[str]:
+        return [r[0] for r in self.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main' "
+            "ORDER BY ordinal_position", [name]).fetchall()]
+
+    def _fetch(self, name: str, columns: Any = None) -> pa.Table:
+        sel = "*" if columns is None else ", ".join(ident(c) for c in columns)
+        return _arrow(self.con.sql(f"SELECT {sel} FROM {ident(name)}"))
+
+    def stored(self, name: str, *, rows: int | None = None, data_hash: str | None = None) -> Stored:
+        """A handle on a data table (read lazily by :class:`TypedTable`)."""
+        if rows is None:
+            rows = int(self._one(f"SELECT count(*) FROM {ident(name)}")[0])
+        schema = self.con.sql(f"SELECT * FROM {ident(name)} LIMIT 0").to_arrow_table().schema
+        return Stored(name, tuple(schema.names), rows, fetch=lambda columns=None: self._fetch(name, columns),
+                      data_hash=data_hash, schema=schema)
+
+    def derive(self, query: str, params: list[Any] | None = None, *, ordered: bool = True, view: bool = False,
+               **tables: Any) -> Stored:
+        """Write the records of ``query`` to a scratch table and return a handle on it.
+
+        The query must yield ``_row`` (if the records have one) and, with ``ordered``, yield
+        the records in ``_row`` order (a projection, filter or ``POSITIONAL JOIN`` of stored
+        tables keeps it); otherwise they are sorted. Keyword tables are visible as in
+        :meth:`sql` (Arrow tables registered, stored tables as views). The scratch table
+        becomes an artifact through :meth:`put`.
+
+        With ``view`` nothing is written: the scratch is a view over the (stored) keyword tables,
+        for a query that only selects, renames or computes columns of stored records."""
+        name = self._scratch_name()
+        if view:
+            if params or any(not isinstance(t, TypedTable) or t.loaded for t in tables.values()):
+                raise ValueError("derive(view=True) takes stored tables and no parameters")
+            with_clause = ", ".join(f"{ident(k)} AS (SELECT * FROM {ident(t.stored.name)})"
+                                    for k, t in tables.items())
+            self.con.execute(f"CREATE VIEW {ident(name)} AS {'WITH ' + with_clause if tables else ''} {query}")
+            return self.stored(name)  # counted: the query may filter
+        registered, views = [], []
+        try:
+            for key, table in tables.items():
+                if isinstance(table, TypedTable) and not table.loaded:
+                    self.con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(key)} AS "
+                                     f"SELECT * FROM {ident(table.stored.name)}")
+                    views.append(key)
+                    continue
+                self.con.register(key, table.data if isinstance(table, TypedTable) else table)
+                registered.append(key)
+            body = query if ordered else f"SELECT * FROM ({query}) ORDER BY {ident(ROW)}"
+            self.con.execute(f"CREATE TABLE {ident(name)} AS {body}", params or [])
+        except BaseException:
+            self.con.execute(f"DROP TABLE IF EXISTS {ident(name)}")
+            raise
+        finally:
+            for key in registered:
+                self.con.unregister(key)
+            for key in views:
+                self.con.execute(f"DROP VIEW IF EXISTS temp.{ident(key)}")
+        return self.stored(name)
+
+    def derive_table(self, query: str, params: list[Any] | None = None, *, ordered: bool = True,
+                     view: bool = False, **tables: Any) -> TypedTable:
+        """:meth:`derive` as an untyped, stored :class:`TypedTable` (``StepContext.derive``)."""
+        return TypedTable(None, stored=self.derive(query, params, ordered=ordered, view=view, **tables))
+
+    def relation(self, query: str, *, rows: int | None = None, **tables: TypedTable) -> TypedTable:
+        """``query`` over stored tables as a stored (untyped) table that is not written: a
+        temporary view, read when asked (each read runs the query), gone when the store
+        closes. Keyword tables must be stored; the query sees them under those names.
+        ``rows``: the number of records, when the caller knows it (else counted)."""
+        for key, table in tables.items():
+            if table.loaded or table.stored is None:
+                raise ValueError(f"relation: table {key!r} is not in the store")
+        name = f"af_view_{secrets.token_hex(8)}"
+        with_clause = ", ".join(f"{ident(k)} AS (SELECT * FROM {ident(t.stored.name)})" for k, t in tables.items())
+        self.con.execute(f"CREATE TEMP VIEW {ident(name)} AS {'WITH ' + with_clause if tables else ''} {query}")
+        if rows is None:
+            rows = int(self._one(f"SELECT count(*) FROM {ident(name)}")[0])
+        return TypedTable(None, stored=self.stored(name, rows=rows))
+
+    def copy_to(self, table: TypedTable, path: Path, *, format: str, options: dict[str, Any] | None = None,
+                columns: dict[str, str] | None = None) -> None:
+        """Write a stored table (in its order) to ``path`` with DuckDB's ``COPY``: ``format``
+        ``csv`` or ``parquet``, ``options`` COPY options (values passed as literals by
+        :func:`_copy_option`), ``columns`` output name -> SQL expression over the table's
+        columns (default: every column as it is)."""
+        if table.loaded or table.stored is None:
+            raise ValueError("copy_to: the table is not in the store")
+        exprs = columns or {c: ident(c) for c in table.columns}
+        select = ", ".join(f"{e} AS {ident(n)}" for n, e in exprs.items())
+        opts = [f"FORMAT {format}"] + [f"{k} {_copy_option(v)}" for k, v in (options or {}).items()]
+        self.con.execute(f"COPY (SELECT {select} FROM {ident(table.stored.name)}) TO '{_sql_text(str(path))}' "
+                         f"({', '.join(opts)})")
+
+    def same_rows(self, a: TypedTable, b: TypedTable) -> bool:
+        """Whether two tables hold the same ``_row`` ids (as multisets)."""
+        if a.num_rows != b.num_rows:
+            return False
+        if a.loaded and b.loaded:
+            return bool(np.array_equal(np.sort(a.rows()), np.sort(b.rows())))
+        r = ident(ROW)
+        extra = self.sql(f"SELECT count(*) AS n FROM (SELECT {r} FROM a EXCEPT ALL SELECT {r} FROM b)", a=a, b=b)
+        return extra.column(0)[0].as_py() == 0
+
+    def discard(self, table: TypedTable) -> None:
+        """Drop a scratch table that will not become an artifact."""
+        if table.stored is not None and table.stored.name.startswith(SCRATCH):
+            self._drop(table.stored.name)
+
+    def _is_view(self, name: str) -> bool:
+        return self._one("SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT temporary", [name])[0] > 0
+
+    def _drop(self, name: str) -> None:
+        kind = "VIEW" if self._is_view(name) else "TABLE"
+        self.con.execute(f"DROP {kind} IF EXISTS {ident(name)}")
+
+    def _hash_stored(self, name: str, query: str | None = None) -> str:
+        hasher = TableHasher()
+        rel = self.con.sql(query or f"SELECT * FROM {ident(name)}")
+        schema = None
+        for batch in rel.to_arrow_reader(HASH_BATCH):
+            schema = batch.schema
+            hasher.update(batch)
+        return hasher.hexdigest(schema or rel.to_arrow_table().schema)
+
+    def put(self, table: TypedTable | pa.Table | Stored, *, run_id: str | None = None,
             step: str | None = None) -> Artifact:
-        """Store a table (content-addressed by its data, typing and claims) and return its record."""
+        """Store a table (content-addressed by its data, typing and claims) and return its record.
+
+        A table already in the store is not copied: the same records with another typing,
+        claims or hierarchies become a view of them; a scratch table (:meth:`derive`) is hashed
+        and renamed into place."""
         typed = table if isinstance(table, TypedTable) else None
-        data = canonical(typed.data if typed else table)
-        data_hash = table_hash(data)
+        scratch = None
+        if isinstance(table, Stored) or (typed is not None and not typed.loaded):
+            st = table if isinstance(table, Stored) else typed.stored
+            data_name, rows = st.name, st.rows
+            if st.data_hash is not None:
+                data_hash = st.data_hash
+            else:
+                data_hash, scratch = self._hash_stored(st.name), st.name
+        else:
+            data = canonical(typed.data if typed else table)
+            data_hash, rows = table_hash(data), data.num_rows
+            data_name = scratch = self._scratch_name()
+            self.con.register("_af_incoming", data)
+            try:
+                self.con.execute(f"CREATE TABLE {ident(scratch)} AS SELECT * FROM _af_incoming")
+            finally:
+                self.con.unregister("_af_incoming")
         typing_json = typed.typing.dumps() if typed else None
         claims_json = _json(typed.claims) if typed else None
         hierarchies = {c: self.put(h.table, run_id=run_id, step=step) for c, h in
@@ -506,53 +727,116 @@ class Store:
             f"{data_hash}\0{typing_json}\0{claims_json}\0{hier_json}".encode()).hexdigest()
         name = f"t_{digest[:24]}"
         if self.artifact(name) is not None:
-            return Artifact(name, digest, data.num_rows)
+            if scratch:
+                self._drop(scratch)
+            return Artifact(name, digest, rows)
+        scratch_is_view = bool(scratch) and self._is_view(scratch)
         self.con.execute("BEGIN TRANSACTION")
         try:
-            self.con.register("_af_incoming", data)
-            self.con.execute(f"CREATE TABLE {ident(name)} AS SELECT * FROM _af_incoming")
-            self.con.unregister("_af_incoming")
+            if scratch:
+                kind = "VIEW" if scratch_is_view else "TABLE"
+                self.con.execute(f"ALTER {kind} {ident(scratch)} RENAME TO {ident(name)}")
+            else:  # the records are another artifact's: share them
+                self.con.execute(f"CREATE VIEW {ident(name)} AS SELECT * FROM {ident(data_name)}")
             self.con.execute("INSERT INTO af_tables (name, hash, data_hash, rows, typing, claims, created_run, "
                              "created_step, created_at, hierarchies) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             [name, digest, data_hash, data.num_rows, typing_json, claims_json, run_id, step, _now(),
+                             [name, digest, data_hash, rows, typing_json, claims_json, run_id, step, _now(),
                               hier_json])
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")
+            if scratch:
+                self._drop(scratch)
             raise
-        return Artifact(name, digest, data.num_rows)
+        return Artifact(name, digest, rows)
 
     def get(self, name: str) -> TypedTable:
-        row = self._one("SELECT typing, claims, hierarchies FROM af_tables WHERE name = ?", [name])
+        """A stored table, not loaded: its columns are read when asked for."""
+        row = self._one("SELECT typing, claims, hierarchies, data_hash, rows FROM af_tables WHERE name = ?", [name])
         if row is None:
             raise StoreError(f"table {name} is not in the store {self.path}")
-        data = self.data(name)
         typing = Typing.from_json(json.loads(row[0])) if row[0] else Typing()
         claims = json.loads(row[1]) if row[1] else {}
         hierarchies = {}
         for column, ref in (json.loads(row[2]) if row[2] else {}).items():
             hierarchies[column] = Hierarchy(column, self.data(ref["table"]), ref.get("builder", ""))
-        return TypedTable(data, typing, claims, hierarchies)
+        return TypedTable(None, typing, claims, hierarchies,
+                          stored=self.stored(name, rows=int(row[4]), data_hash=row[3]))
 
     def data(self, name: str) -> pa.Table:
-        """A stored table's data in canonical order."""
-        cols = [r[0] for r in self.con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-            [name]).fetchall()]
-        keys = [ROW] if ROW in cols else cols
-        order = ", ".join(ident(k) for k in keys)
-        return _arrow(self.con.sql(f"SELECT * FROM {ident(name)} ORDER BY {order}"))
+        """A stored table's data in canonical order (the order it was written in)."""
+        return self._fetch(name)
 
     def artifact(self, name: str) -> Artifact | None:
         row = self._one("SELECT name, hash, rows FROM af_tables WHERE name = ?", [name])
         return Artifact(*row) if row else None
 
     def load_source(self, src: SourceSpec, *, run_id: str, file_hash: str) -> Artifact:
-        """Read a source, number its records (``_row``) and store it."""
-        data = read_source(src)
-        _check_reserved(data.column_names, src)
-        data = data.add_column(0, ROW, pa.array(range(data.num_rows), type=pa.int64()))
-        return self.put(data, run_id=run_id, step=src.name)
+        """Read a source straight into the store (DuckDB reads the file; no record passes
+        through Python) and store it, its records numbered ``_row`` in file order.
+
+        The records are written once, as DuckDB read them (``af_raw_<hash>``); the source's
+        artifact is a view adding ``_row`` as each record's ``rowid`` (its position in
+        insertion order, which DuckDB keeps from the file; stored tables are never changed)."""
+        where = f"source {src.name!r}"
+        raw = self._scratch_name()
+        try:
+            self._read_into(src, raw)
+            columns = self._column_names(raw)
+            _check_reserved(columns, src)
+            n = int(self._one(f"SELECT count(*) FROM {ident(raw)}")[0])
+            if n == 0:
+                raise InputError(_no_records(src), where=where)
+            numbered = f"SELECT rowid::BIGINT AS {ident(ROW)}, * FROM "
+            data_hash = self._hash_stored(raw, numbered + ident(raw))
+            name = f"t_{data_hash[:24]}"
+            if self.artifact(name) is not None:
+                return Artifact(name, data_hash, n)
+            kept = f"af_raw_{data_hash[:24]}"
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                self.con.execute(f"DROP TABLE IF EXISTS {ident(kept)}")
+                self.con.execute(f"ALTER TABLE {ident(raw)} RENAME TO {ident(kept)}")
+                self.con.execute(f"CREATE VIEW {ident(name)} AS {numbered}{ident(kept)}")
+                self.con.execute("INSERT INTO af_tables (name, hash, data_hash, rows, typing, claims, created_run, "
+                                 "created_step, created_at, hierarchies) VALUES (?, ?, ?, ?, NULL, NULL, ?, ?, ?, NULL)",
+                                 [name, data_hash, data_hash, n, run_id, src.name, _now()])
+                self.con.execute("COMMIT")
+            except Exception:
+                self.con.execute("ROLLBACK")
+                raise
+            return Artifact(name, data_hash, n)
+        finally:
+            self.con.execute(f"DROP TABLE IF EXISTS {ident(raw)}")
+
+    def _read_into(self, src: SourceSpec, name: str) -> None:
+        """``CREATE TABLE name`` from a source file (CSV types sniffed on a sample first and,
+        if a later value does not fit them, on the whole file), errors naming the source."""
+        where = f"source {src.name!r}"
+        if src.format == "duckdb":
+            data = read_source(src)  # another DuckDB file: read through a sandboxed connection
+            self.con.register("_af_incoming", data)
+            try:
+                self.con.execute(f"CREATE TABLE {ident(name)} AS SELECT * FROM _af_incoming")
+            finally:
+                self.con.unregister("_af_incoming")
+            return
+        _check_source_file(src)
+        sql, params = _read_expr(src, whole=False)
+        try:
+            try:
+                self.con.execute(f"CREATE TABLE {ident(name)} AS {sql}", params)
+            except duckdb.ConversionException:
+                if src.format != "csv":
+                    raise
+                self.con.execute(f"DROP TABLE IF EXISTS {ident(name)}")
+                sql, params = _read_expr(src, whole=True)
+                self.con.execute(f"CREATE TABLE {ident(name)} AS {sql}", params)
+            _check_header(self.con, src, self._column_names(name))
+        except duckdb.Error as exc:
+            if isinstance(exc, (duckdb.OutOfMemoryException,)):
+                raise
+            raise InputError(f"cannot read {src.path}: {_duck_message(exc)}", where=where) from None
 
     def view(self, name: str, table: str) -> None:
         """Point the convenience view ``steps."<workflow>.<step>"`` at a step's latest output."""

@@ -45,4 +45,6 @@ def make_context(step: str = "test", seed: int = 0, store: Store | None = None,
     store = store or Store(":memory:")
     out = output_dir or Path.cwd()
     return StepContext(step=step, seed=seed, rng=np.random.default_rng(seed), workflow_dir=out, output_dir=out,
-                       sql=lambda query, params=None, **tables: store.sql(query, params, **tables))
+                       sql=lambda query, params=None, **tables: store.sql(query, params, **tables),
+                       derive=store.derive_table, discard=store.discard, relation=store.relation,
+                       copy_to=store.copy_to)

@@ -42,6 +42,9 @@ def test_put_get_roundtrip_keeps_data_typing_and_hash(tmp_path):
         again = store.put(TypedTable(data, typing, {"k-anonymity": {"k": 2}}))
         assert again == art  # content-addressed: stored once
         back = store.get(art.table)
+        assert not back.loaded  # read from the store only when asked
+        assert back.column("x").to_pylist() == [1.0, 2.5]
+        back.data
     assert back.typing == typing
     assert back.claims == {"k-anonymity": {"k": 2}}
     assert back.data.column("_row").to_pylist() == [0, 1]

@@ -72,7 +72,7 @@ def sensitive_attribute(table: TypedTable, plugin: str, given: str | None = None
 
 def sensitive_codes(table: TypedTable, column: str, plugin: str) -> np.ndarray:
     """Codes of the sensitive values (in sort order of the values)."""
-    col = table.data.column(column)
+    col = table.column(column)
     if col.null_count:
         raise InputError(f"{plugin}: sensitive column {column!r} has {col.null_count} missing value(s); the typing "
                          "step's 'missing' policy must drop them or make them a category")
@@ -104,7 +104,7 @@ def missing_marker(table: TypedTable) -> str | None:
 def missing_sensitive(table: TypedTable, column: str) -> np.ndarray:
     """``(n,)`` bool: the records whose value of ``column`` is missing (the typing's marker)."""
     marker = missing_marker(table)
-    col = table.data.column(column)
+    col = table.column(column)
     if marker is None or not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         return np.zeros(table.num_rows, dtype=bool)
     return pc.fill_null(pc.equal(col, marker), False).to_numpy(zero_copy_only=False).astype(bool)

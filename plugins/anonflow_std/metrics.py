@@ -7,7 +7,7 @@
   :class:`~anonflow.api.Partition` (``partition_holds``).
 * Helpers: :func:`aligned` (two inputs hold the same records in ``_row`` order),
   :func:`numeric_columns` (the columns a record-by-record numeric metric compares; ``dld``
-  uses it) and :func:`sql_ident` (quote a column name for ``ctx.sql``).
+  uses it); :func:`sql_ident` (quote a column name for ``ctx.sql``) comes from :mod:`anonflow.api`.
 
 The other metrics live beside the algorithms they belong to: ``metrics_groups`` (per-class
 metrics, l-diversity, p-sensitive k-anonymity), ``alphak`` ((alpha,k) and (alpha_i,k) checks,
@@ -21,15 +21,23 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from anonflow.api import CLASS, ROW, InputError, Metric, Param, Partition, StepContext, TypedTable
+from anonflow.api import CLASS, ROW, InputError, Metric, Param, Partition, StepContext, TypedTable, sql_ident
 
 from . import __version__
 from .common import zscores
 
 
-def aligned(original: TypedTable, anonymized: TypedTable, metric: str) -> None:
-    """Both tables must hold the same records in the same (``_row``) order."""
-    if not np.array_equal(original.rows(), anonymized.rows()):
+def aligned(original: TypedTable, anonymized: TypedTable, metric: str, ctx: StepContext | None = None) -> None:
+    """Both tables must hold the same records in the same (``_row``) order (checked in SQL
+    when a context is given: the tables may be in the store)."""
+    if ctx is not None and original.num_rows == anonymized.num_rows:
+        r = sql_ident(ROW)
+        odd = ctx.sql(f"SELECT count(*) AS n FROM o POSITIONAL JOIN a WHERE o.{r} IS DISTINCT FROM a.{r}",
+                      o=original, a=anonymized).column(0)[0].as_py()
+        same = odd == 0
+    else:
+        same = original.num_rows == anonymized.num_rows and np.array_equal(original.rows(), anonymized.rows())
+    if not same:
         raise InputError(f"metric {metric!r} compares records one to one, but the two inputs hold different "
                          f"records ({original.num_rows} vs {anonymized.num_rows}); give it [original, anonymized] "
                          "from the same workflow")
@@ -52,10 +60,6 @@ def numeric_columns(original: TypedTable, anonymized: TypedTable, params: Mappin
         if c not in original.columns or c not in anonymized.columns:
             raise InputError(f"{metric}: column {c!r} is not in both tables")
     return cols
-
-
-def sql_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 class SseIl(Metric):
@@ -109,10 +113,9 @@ class KAnonymity(Metric):
         if by == "class":
             if CLASS not in anonymized.columns:
                 raise InputError("k-anonymity by class needs the _class column of an algorithm's output")
-            published, group = anonymized.data.select([CLASS]), sql_ident(CLASS)
+            published, group = anonymized, sql_ident(CLASS)
         else:
-            published = anonymized.data.drop_columns([c for c in (ROW, CLASS) if c in anonymized.columns])
-            group = ", ".join(sql_ident(c) for c in quasi)
+            published, group = anonymized, ", ".join(sql_ident(c) for c in quasi)
         row = ctx.sql(
             f"WITH classes AS (SELECT count(*) AS n FROM published GROUP BY {group}) "
             "SELECT min(n), count(*), count(*) FILTER (WHERE n < ?) FROM classes",
@@ -122,7 +125,7 @@ class KAnonymity(Metric):
         if by == "class":
             # counted by class id, k is a claim about the class structure (what a lossy join
             # guarantees), not about what an attacker sees: report the QI values' k beside it
-            values = anonymized.data.select(list(quasi))
+            values = anonymized
             vk = ctx.sql(f"SELECT min(n) AS k FROM (SELECT count(*) AS n FROM published GROUP BY "
                          f"{', '.join(sql_ident(c) for c in quasi)})", published=values).to_pylist()[0]["k"]
             out["k-anonymity.by_qi_values"] = float(vk or 0)

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from anonflow.api import Output, Param, Publisher, StepContext, TypedTable, atomic_write
+from anonflow.api import Output, Param, Publisher, StepContext, TypedTable, atomic_write, sql_ident
 
 from . import __version__
 
@@ -40,6 +40,11 @@ def escape_formulas(arr: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArr
     ``-``, ``@``, a tab or a carriage return (null stays null); vectorized."""
     starts = pc.match_substring_regex(arr, FORMULA_START)
     return pc.if_else(starts, pc.binary_join_element_wise(pa.scalar("'", arr.type), arr, pa.scalar("", arr.type)), arr)
+
+
+def sql_escape_formulas(expr: str) -> str:
+    """:func:`escape_formulas` in SQL, for a text expression."""
+    return f"CASE WHEN regexp_matches({expr}, '{FORMULA_START}') THEN '''' || {expr} ELSE {expr} END"
 
 
 def csv_columns(data: pa.Table, json_text: Any = None, escape: bool = True) -> pa.Table:
@@ -94,8 +99,16 @@ class CsvPublisher(Publisher):
 
     def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[Output]:
         path = ctx.resolve_output(params["path"])
+        nested = [f.name for f in table.schema if _is_nested(f.type)]
+        if not table.loaded and not nested and ctx.copy_to is not None:
+            # in the store: DuckDB writes the file (COPY), escaping formula-like text cells in SQL
+            exprs = {f.name: (sql_escape_formulas(sql_ident(f.name)) if params["escape_formulas"] and _is_text(f.type)
+                              else sql_ident(f.name)) for f in table.schema}
+            options = {"HEADER": True, "DELIMITER": params["delimiter"]}
+            digest = atomic_write(path, lambda tmp: ctx.copy_to(table, tmp, format="csv", options=options,
+                                                                columns=exprs))
+            return [Output(str(path), digest, table.num_rows)]
         data = table.data
-        nested = [f.name for f in data.schema if _is_nested(f.type)]
         if nested and params["nested"] == "drop":
             data = data.drop_columns(nested)
             ctx.note(f"csv: nested column(s) {', '.join(nested)} dropped (nested: drop)")
@@ -116,6 +129,12 @@ class ParquetPublisher(Publisher):
 
     def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[Output]:
         path = ctx.resolve_output(params["path"])
+        if not table.loaded and ctx.copy_to is not None:
+            # in the store: DuckDB writes the file (COPY), the typing in the file's key-value metadata
+            options = {"COMPRESSION": "uncompressed" if params["compression"] == "none" else params["compression"],
+                       "KV_METADATA": {"anonflow.typing": table.typing.dumps()}}
+            digest = atomic_write(path, lambda tmp: ctx.copy_to(table, tmp, format="parquet", options=options))
+            return [Output(str(path), digest, table.num_rows)]
         data = table.data.replace_schema_metadata({"anonflow.typing": table.typing.dumps()})
 
         def write(tmp: Path) -> None:

@@ -39,8 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable
-from anonflow.hierarchy import value_keys
+from anonflow.api import CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable, sql_ident
+from anonflow.hierarchy import encode, lookup, value_keys
 from anonflow.kernels.generalized import Domain, Generalized, attribute_loss
 
 from . import __version__
@@ -188,8 +188,11 @@ def rl_widths(lv: Levels, attr: Attribute | None) -> tuple[list[np.ndarray], flo
 
 
 def _codes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    keys = value_keys(values)
-    return pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    """Each record's value as a code (values numbered in order of first appearance, as their
+    hierarchy keys: :func:`anonflow.hierarchy.value_keys`)."""
+    distinct, indices = encode(values)
+    keys = pc.dictionary_encode(value_keys(distinct)).indices.to_numpy(zero_copy_only=False)
+    return lookup(keys, indices)
 
 
 def mutual_information(x: np.ndarray, y: np.ndarray) -> float:
@@ -215,7 +218,7 @@ def label_column(table: TypedTable, given: str | None, plugin: str) -> str:
     else:
         raise InputError(f"{plugin} uses one label, but the typing names {len(labels)} ({', '.join(labels)}); "
                          "choose one with the parameter 'label'")
-    col = table.data.column(column)
+    col = table.column(column)
     if col.null_count:
         raise InputError(f"{plugin}: the label column {column!r} has missing values")
     if len(pc.unique(col)) < 2:
@@ -259,12 +262,14 @@ def published_nodes(lv: Levels, rows: np.ndarray, published: pa.Array | pa.Chunk
                     plugin: str) -> tuple[np.ndarray, np.ndarray]:
     """(level, label code) each record was published as: the lowest level whose label on the
     record's own hierarchy path equals the published text."""
-    pub = value_keys(published)
+    distinct, indices = encode(published)
+    pub = value_keys(distinct)   # each distinct published text once
     n = len(rows)
     level = np.full(n, -1, dtype=np.int64)
     code = np.full(n, -1, dtype=np.int64)
     for lvl in range(lv.height + 1):
-        idx = pc.fill_null(pc.index_in(pub, value_set=lv.labels[lvl]), -1).to_numpy(zero_copy_only=False)
+        idx = lookup(pc.fill_null(pc.index_in(pub, value_set=lv.labels[lvl]), -1).to_numpy(zero_copy_only=False),
+                     indices)
         expect = lv.codes[lvl][rows]
         hit = (level < 0) & (idx == expect)
         level[hit] = lvl
@@ -273,7 +278,8 @@ def published_nodes(lv: Levels, rows: np.ndarray, published: pa.Array | pa.Chunk
     if bad.size:
         r = int(bad[0])
         original = lv.hierarchy.level(0)[int(rows[r])].as_py()
-        raise InputError(f"{plugin}: the published value {pub[r].as_py()!r} of {lv.column!r} is not a level of the "
+        shown = pub[int(indices[r])].as_py() if indices[r] >= 0 else None
+        raise InputError(f"{plugin}: the published value {shown!r} of {lv.column!r} is not a level of the "
                          f"hierarchy above the original value {original!r} ({bad.size} record(s) like this)")
     return level, code
 
@@ -306,10 +312,10 @@ class HierarchyLoss(Metric):
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         assert original is not None
-        data = anonymized.data
-        if CLASS in data.column_names and data.column(CLASS).null_count:
+        if CLASS in anonymized.columns and anonymized.column(CLASS).null_count:
+            data = anonymized.data
             anonymized = anonymized.replace(data=data.filter(pc.is_valid(data.column(CLASS))))
-        aligned(original, anonymized, self.name)
+        aligned(original, anonymized, self.name, ctx)
         suppressed = int(ctx.suppressed or 0)
         if original.num_rows + suppressed == 0:
             raise InputError(f"{self.name}: the table has no records")
@@ -325,16 +331,23 @@ class HierarchyLoss(Metric):
         for q, lv, widths, w in zip(model.quasi, model.levels, model.widths, model.weights):
             if q not in anonymized.columns:
                 raise InputError(f"{self.name}: quasi-identifier {q!r} is not in the anonymized table")
-            rows = lv.rows(original.data.column(q))
-            level, code = published_nodes(lv, rows, anonymized.data.column(q), self.name)
-            per_record = np.zeros(len(rows))
+            # each distinct (original, published) pair once, with its number of records: one
+            # GROUP BY over the two aligned tables, wherever they are (in memory or in the store)
+            oq = sql_ident(q)
+            pairs = ctx.sql(f"SELECT o.{oq} AS ov, a.{oq} AS pv, count(*)::BIGINT AS n FROM o POSITIONAL JOIN a "
+                            "GROUP BY ALL ORDER BY ALL", o=original, a=anonymized)
+            rows = lv.rows(pairs.column("ov"))
+            level, code = published_nodes(lv, rows, pairs.column("pv"), self.name)
+            per_pair = np.zeros(len(rows))
             for lvl in range(lv.height + 1):
                 at = level == lvl
-                per_record[at] = widths[lvl][code[at]]
+                per_pair[at] = widths[lvl][code[at]]
+            width_sum = float(per_pair @ pairs.column("n").to_numpy().astype(np.float64))
+            n_published = original.num_rows
             # a suppressed record counts as fully generalized: width 1 on every QI
-            loss = float((per_record.sum() + suppressed) / n_all)
+            loss = float((width_sum + suppressed) / n_all)
             total += float(w) * loss
-            published += float(w) * (float(per_record.mean()) if len(rows) else 0.0)
+            published += float(w) * (width_sum / n_published if n_published else 0.0)
             out[f"{self.name}.loss.{q}"] = loss
             out[f"{self.name}.{self.weight_kind}.{q}"] = float(w)
         return {self.name: total, f"{self.name}.published": published, f"{self.name}.suppressed": float(suppressed),
@@ -358,7 +371,7 @@ class EntropyLoss(HierarchyLoss):
                    "the original values.")
 
     def weights(self, table, quasi, levels, params):
-        h = np.array([entropy(np.bincount(_codes(table.data.column(q)))) for q in quasi])
+        h = np.array([entropy(np.bincount(_codes(table.column(q)))) for q in quasi])
         return h / h.sum() if h.sum() > 0 else np.full(len(quasi), 1.0 / len(quasi))
 
 
@@ -377,8 +390,8 @@ class MiLoss(HierarchyLoss):
 
     def weights(self, table, quasi, levels, params):
         label = label_column(table, params.get("label"), self.name)
-        y = _codes(table.data.column(label))
-        mi = np.array([mutual_information(_codes(table.data.column(q)), y) for q in quasi])
+        y = _codes(table.column(label))
+        mi = np.array([mutual_information(_codes(table.column(q)), y) for q in quasi])
         if mi.sum() <= 0:
             raise InputError(f"{self.name}: no quasi-identifier carries information about the label {label!r} "
                              "(every MI(Y; X_i) is 0), so the weights are undefined")
