@@ -5,6 +5,7 @@ SQL), and its errors."""
 
 import itertools
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -18,9 +19,10 @@ from anonflow import plugins
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, hookimpl
 from anonflow.params import validate_params
 from anonflow.testing import make_context, typed_table
+from anonflow_std import lattice as lattice_module
 from anonflow_std.alphak import ReconstructionDistance
 from anonflow_std.hierarchies import ArxFile
-from anonflow_std.lattice import Lattice, Search, Space, Verdict, _group
+from anonflow_std.lattice import BOUND_MARGIN, Lattice, Search, Space, Verdict, _group, _Scorer
 from anonflow_std.metrics import KAnonymity, sql_ident
 
 from .conftest import DATA, write
@@ -203,6 +205,91 @@ def test_search_classifies_every_node_as_an_exhaustive_check_does(k, suppression
                 assert not sat[tuple(below)]
 
 
+@pytest.mark.parametrize("model, mparams, suppression, utility", [
+    ("k-anonymity", {"k": 5}, 0.02, "loss"), ("k-anonymity", {"k": 10}, 0.05, "entropy-loss"),
+    ("k-anonymity", {"k": 3}, 0.01, "generalization-rl"), ("l-diversity", {"l": 3}, 0.02, "loss"),
+    ("l-diversity", {"l": 2}, 0.05, "mi-loss"),
+])
+def test_the_loss_bound_excludes_only_nodes_that_cannot_be_the_optimum(model, mparams, suppression, utility):
+    """With suppression, the search given each node's loss without suppression (a lower bound
+    of its loss) classifies every node it does not exclude as an exhaustive check does,
+    excludes only nodes whose bound is past the best exact loss it found (plus the margin),
+    never a satisfying node that could beat or tie the optimum -- and checks fewer nodes than
+    the search without the bound."""
+    from anonflow.plugins import get_registry
+
+    t = adult(1500, quasi=("age", "sex", "race", "marital-status", "education"))
+    sp = Space(t, t.typing.quasi)
+    limit = int(suppression * sp.n)
+    reg = get_registry()
+    privacy = reg.get("metric", model).obj
+    loss = reg.get("metric", utility).obj
+    scorer = _Scorer(sp, loss.model(t, validate_params(loss.params, {})))
+    assert scorer.lower
+    cache = {}
+
+    def check(levels):
+        part = sp.partition(levels)
+        partition = Partition(lambda: sp.classes(part), part.sizes, t, cache)
+        ok = privacy.partition_holds(partition, mparams)
+        if partition.classes_used:
+            sp.need_classes()
+        failing = int(part.sizes[~ok].sum())
+        return Verdict(failing <= limit, failing, len(part.sizes), scorer.value(part, ok) if failing <= limit else None)
+
+    full = Search(sp, check, monotone=False)
+    full.run()
+    values = {i: v.value for i, v in full.verdicts.items() if v.ok}
+    best = min(values.values())
+    assert all(scorer.bound[i] <= v for i, v in values.items())  # a lower bound
+    # ... that grows along generalization (ARX's hierarchies nest): an excluded node's
+    # generalizations are excluded too
+    grid = scorer.bound.reshape(sp.shape)
+    assert all(np.all(np.diff(grid, axis=i) >= -1e-15) for i in range(sp.d))
+    flash = Search(sp, check, monotone=True)
+    flash.run()
+    pruned = Search(sp, check, monotone=True, bound=scorer.bound)
+    pruned.run()
+    st = pruned.flat
+    kept = st != 2
+    assert np.array_equal(st[kept], full.flat[kept]) and not kept.all()
+    assert pruned.best == min(v.value for v in pruned.verdicts.values() if v.ok) >= best
+    assert pruned.cut == pruned.best + BOUND_MARGIN and np.all(scorer.bound[~kept] >= pruned.cut)
+    assert all(st[i] == 1 for i, v in values.items() if v < best + 1e-9)
+    assert len(pruned.verdicts) < len(flash.verdicts)
+    # a model checked node by node (not monotone): in order of the bound, until it excludes the rest
+    linear = Search(sp, check, monotone=False, bound=scorer.bound)
+    linear.run()
+    kept = linear.flat != 2
+    assert np.array_equal(linear.flat[kept], full.flat[kept]) and len(linear.verdicts) == kept.sum() < sp.size
+    assert np.all(scorer.bound[~kept] >= linear.cut) and linear.best == best
+
+
+def test_a_loss_whose_bound_is_no_lower_bound_is_not_pruned():
+    """A third party's hierarchy loss with widths above 1: a suppressed record (width 1) may
+    then lose less than it would published, so the loss without suppression bounds nothing,
+    and the search classifies every node."""
+    from anonflow_std.utility import HierarchyLoss, iyengar_widths
+
+    class WideLoss(HierarchyLoss):
+        name = "test.wide-loss"
+        version = "0.0.1"
+
+        def widths(self, lv, attr):
+            return [2.0 * w for w in iyengar_widths(lv, attr)]
+
+        def weights(self, table, quasi, levels, params):
+            return np.full(len(quasi), 1.0 / len(quasi))
+
+    use(WideLoss())
+    t = adult(1000)
+    _, ctx = run_lattice(t, model_params={"k": 5}, suppression=0.02, utility="test.wide-loss")
+    notes = " ".join(ctx.notes)
+    assert "'test.wide-loss' has a weight below 0 or a width above 1" in notes and "by the loss bound" not in notes
+    _, ctx = run_lattice(t, model_params={"k": 5}, suppression=0.02, utility="loss")
+    assert "by the loss bound" in " ".join(ctx.notes)
+
+
 def exhaustive(table, k, suppression, utility, given=None):
     """Independent optimum: every node generalized with Hierarchy.generalize (Arrow), classes
     counted in SQL, loss by the metric plugin; suppressed records count as loss 1."""
@@ -342,11 +429,23 @@ def test_a_third_party_model_with_sensitive_values_drives_the_search():
     assert "pruned" in note
 
 
-def test_a_model_not_monotone_under_suppression_is_checked_on_every_node():
+def test_a_model_not_monotone_under_suppression_is_checked_on_every_node(monkeypatch):
     use(MaxShare())
     t = adult(1000)
+    # the loss bound still excludes nodes (it needs no monotone model): each one it does not
+    # exclude is checked, in order of the bound; without it, every node -- the same choice
     out, ctx = run_lattice(t, model="test.max-share", model_params={"alpha": 0.6}, suppression=0.05)
-    assert any("every one of the 60 nodes was checked" in n for n in ctx.notes)
+    note = next(n for n in ctx.notes if "not monotone" in n)
+    checked = int(re.search(r"did not exclude was checked \((\d+) of 60\)", note).group(1))
+    assert any(f"checked {checked}, pruned 0 by predictive tagging and {60 - checked} by the loss bound" in n
+               for n in ctx.notes)
+    monkeypatch.setattr(lattice_module, "PRUNE", False)
+    out_all, ctx_all = run_lattice(t, model="test.max-share", model_params={"alpha": 0.6}, suppression=0.05)
+    assert any("every one of the 60 nodes was checked" in n for n in ctx_all.notes)
+    chosen = [re.sub(r"\(\d+ node\(s\) scored\)", "", next(n for n in c.notes if "chosen node" in n))
+              for c in (ctx, ctx_all)]
+    assert chosen[0] == chosen[1] and checked < 60
+    monkeypatch.undo()
     pub = published(out)
     counts = ctx.sql('SELECT max(c * 1.0 / n) AS r FROM (SELECT count(*) AS c, sum(count(*)) OVER (PARTITION BY '
                      '_class) AS n FROM t GROUP BY _class, occupation)', t=pub.data).to_pylist()[0]["r"]

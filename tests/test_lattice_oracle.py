@@ -258,6 +258,21 @@ FIVE = ("age", "sex", "race", "marital-status", "education")
 NOTE = re.compile(r"chosen node \[(?P<node>[^\]]*)\] with (?P<utility>\S+) = (?P<value>\S+) \(\d+ node\(s\) "
                   r"scored\); \d+ classes, (?P<suppressed>\d+) record\(s\) suppressed \(limit (?P<limit>\d+)\)")
 COUNTS = re.compile(r"(?P<sat>\d+) satisfy (?P<model>\S+), (?P<minimal>\d+) of them minimal")
+#: the search's note when the loss bound excluded nodes (with suppression, a built-in loss)
+BOUND = re.compile(r"(?P<size>\d+) nodes .*?checked (?P<checked>\d+), pruned (?P<tagged>\d+) by predictive tagging "
+                   r"and (?P<excluded>\d+) by the loss bound .*?; (?P<sat>\d+) known to satisfy (?P<model>\S+), "
+                   r"(?P<minimal>\d+) of them minimal")
+
+
+def unpruned(**given):
+    """``run_lattice`` with the search not pruned by the loss bound (every node classified)."""
+    from anonflow_std import lattice
+
+    lattice.PRUNE = False
+    try:
+        return run_lattice(**given)
+    finally:
+        lattice.PRUNE = True
 
 
 def check_against_oracle(o: Oracle, model: str, mparams: dict, suppression: float, utility: str,
@@ -279,7 +294,30 @@ def check_against_oracle(o: Oracle, model: str, mparams: dict, suppression: floa
     assert [part.split("=")[0] for part in m["node"].split(", ")] == o.quasi
     # the search classified the nodes as the oracle does
     counts = COUNTS.search(notes)
-    assert (int(counts["sat"]), int(counts["minimal"])) == (len(sol.values), len(sol.minimal)), notes
+    bound = BOUND.search(notes)
+    if bound:
+        # pruned by the loss bound: it classified a part of the nodes (its satisfying ones are
+        # the oracle's), every other one excluded -- including no satisfying node whose loss
+        # without suppression (the oracle's value with nothing suppressed) is below the optimum
+        assert utility in BUILT_IN and sol.allowed > 0
+        assert int(bound["checked"]) + int(bound["tagged"]) + int(bound["excluded"]) == len(o.nodes)
+        assert int(bound["excluded"]) > 0 and int(bound["sat"]) < len(sol.values), notes
+        best = min(sol.values.values())
+        needed = [nd for nd in sol.values if o.value(nd, np.zeros(o.n, dtype=bool), utility) < best - 1e-9]
+        assert int(bound["sat"]) >= len(needed)
+        # ... and the search without the bound classifies every node as the oracle does, and
+        # chooses the same node, publishing the same records
+        full, fctx = unpruned(table=t, model=model, model_params=mparams, suppression=suppression, utility=utility,
+                              utility_params=uparams or {}, candidates=candidates, maximize=maximize)
+        fnotes = " ".join(fctx.notes)
+        fcounts = COUNTS.search(fnotes)
+        assert not BOUND.search(fnotes) and int(bound["checked"]) < int(re.search(r"checked (\d+)", fnotes)[1])
+        assert (int(fcounts["sat"]), int(fcounts["minimal"])) == (len(sol.values), len(sol.minimal)), fnotes
+        fm = NOTE.search(fnotes)
+        assert (fm["node"], fm["value"], fm["suppressed"]) == (m["node"], m["value"], m["suppressed"])
+        assert full.data.equals(out.data)
+    else:
+        assert (int(counts["sat"]), int(counts["minimal"])) == (len(sol.values), len(sol.minimal)), notes
     # the reported limit is floor(suppression * n), and the chosen node respects it
     assert int(m["limit"]) == sol.allowed, notes
     assert node in sol.values, f"chosen node {node} does not satisfy {model} within {sol.allowed} suppressed"
@@ -401,6 +439,32 @@ def test_a_plain_whole_number_limit():
 def test_l_diversity_with_suppression_is_optimal_by_the_oracle():
     """Another monotone model: distinct l-diversity on occupation, counted by the oracle."""
     check_against_oracle(oracle(3000, SIX), "l-diversity", {"l": 3}, 0.03, "mi-loss")
+
+
+@pytest.mark.parametrize("utility", BUILT_IN)
+@pytest.mark.parametrize("l, suppression", [(3, 0.01), (3, 0.05), (4, 0.02)])
+def test_l_diversity_with_suppression_pruned_by_the_loss_bound_is_optimal(utility, l, suppression):
+    """The search pruned by the loss bound (check_against_oracle compares it with the search
+    without it as well) finds the oracle's optimum, for each built-in loss."""
+    check_against_oracle(oracle(3000, SIX), "l-diversity", {"l": l}, suppression, utility)
+
+
+@pytest.mark.parametrize("model, mparams, suppression", [
+    ("k-anonymity", {"k": 5}, 0.01), ("k-anonymity", {"k": 5}, 0.05),
+    ("l-diversity", {"l": 3}, 0.01), ("l-diversity", {"l": 3}, 0.05),
+])
+def test_the_loss_bound_skips_nodes(model, mparams, suppression):
+    """ARX's settings on a sample: with suppression the loss bound excludes nodes, and the
+    search checks strictly fewer nodes than without it -- choosing the oracle's optimum."""
+    o = oracle(3000, SIX)
+    check_against_oracle(o, model, mparams, suppression, "loss")
+    given = dict(table=o.table, model=model, model_params=mparams, suppression=suppression, utility="loss")
+    _, ctx = run_lattice(**given)
+    _, fctx = unpruned(**given)
+    bound = BOUND.search(" ".join(ctx.notes))
+    assert bound and int(bound["excluded"]) > 0
+    before = int(re.search(r"checked (\d+)", " ".join(fctx.notes))[1])
+    assert int(bound["checked"]) < before
 
 
 # -- ties -------------------------------------------------------------------------------------------

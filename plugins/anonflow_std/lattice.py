@@ -17,7 +17,7 @@ checked only a fraction of them. Tagging needs monotonicity: the model must hold
 class merged from satisfying classes (``Metric.monotone``), and, with suppression, for any
 class containing a satisfying class (``Metric.monotone_with_suppression``; true for
 k-anonymity and distinct l-diversity, false for (alpha,k)-anonymity). A model that is not
-monotone in this sense is checked on every node.
+monotone in this sense is checked on every node (but see the loss bound below).
 
 Checking a node never reads the table again: each QI's values are coded once as hierarchy
 rows, and each level as integer label codes. The bottom node's classes are the distinct
@@ -32,10 +32,40 @@ codes alone (the mean width of each QI at each level is precomputed, so a node's
 without suppression is a sum of d numbers; records of failing classes are suppressed and
 count as fully generalized, width 1, on every QI). Without suppression the best node is
 the minimal satisfying node of least loss (loss grows along generalization). With
-suppression loss is not monotone, so every satisfying node is a candidate, visited in order
-of its loss without suppression (a lower bound), evaluated exactly until the bound passes
-the best loss found. Any other metric plugin is computed on the materialized output of each
-minimal satisfying node.
+suppression loss is not monotone, so every satisfying node is a candidate. Any other
+metric plugin is computed on the materialized output of each minimal satisfying node (or,
+with ``candidates: satisfying``, of every satisfying node).
+
+Pruning by the loss bound (with suppression and a built-in loss; after ARX): a node's loss
+without suppression, ``bound``, is a lower bound of its loss: a suppressed record counts
+w_i * 1 on QI i where it would count w_i * width, and every width is <= 1 and every weight
+w_i >= 0 (checked on the utility's widths and weights at run time: a loss that fails this
+test is not pruned; the four built-in ones pass -- Iyengar and RL widths are fractions of a
+domain, the weights 1/d, entropies, clipped mutual informations and RL domain shares,
+normalized). The check of a satisfying node also computes its exact loss. Once one is
+known, a node whose bound is at least the least exact loss found so far plus
+``BOUND_MARGIN`` (1e-9) is *excluded*: its loss can neither beat that node's nor tie it.
+No path starts at an excluded node, and the nodes still unclassified when the search ends
+are excluded rather than classified (the bound grows along generalization for hierarchies
+whose labels nest, so an excluded node's generalizations are excluded too; correctness
+needs only each node's own bound). A binary search may still check an excluded node on a
+path leading out of the bound: its failing verdict tags the nodes within the bound below
+it, and such nodes, higher up, are cheaper to check than the ones within the bound. Once a
+loss is known, a path climbs to the unclassified successor within the bound with the
+largest down-set (the product of levels + 1; else to the one with the largest down-set
+outside it; ties in ARX's order), so its failing nodes tag as many of the nodes left to
+classify as possible. A model that is not monotone is checked node by node in order of the
+bound (then lattice order), until the bound excludes the rest.
+
+The choice with suppression visits the satisfying nodes in order of the bound (rounded to
+12 decimals), then height, then lattice order, and takes each one's exact loss (from its
+check, or computed for a node tagged satisfying) until the bound reaches the best loss
+less 1e-12; a node replaces the best only when its loss is more than 1e-12 below it (ties
+to the earlier node). Every satisfying node whose bound is below the optimum plus 1e-9 is
+classified, and every excluded node's bound is at least the optimum plus 1e-9, so the visit
+ends before the first excluded node (an internal error otherwise): the chosen node, its loss
+and the published table are exactly those of the search without the bound
+(``PRUNE = False``), at a fraction of the checks.
 """
 
 from __future__ import annotations
@@ -51,7 +81,7 @@ import numpy as np
 import pyarrow as pa
 
 from anonflow.api import (CLASS, Algorithm, InputError, Metric, Param, Partition, RunError, StepContext, TypedTable,
-                          suppression_limit)
+                          sql_ident, suppression_limit)
 from anonflow.params import ParamError, validate_params
 
 from . import __version__
@@ -63,6 +93,12 @@ CACHE = 48
 ANCHORS = 64
 #: largest key space grouped by a dense bincount instead of a sort (times the rows grouped).
 DENSE_FACTOR = 4
+#: a node whose lower bound is this far above the best exact loss found can neither beat nor
+#: tie it (the choice's ties are 1e-12; it orders bounds rounded to 12 decimals)
+BOUND_MARGIN = 1e-9
+#: prune the search by the loss bound (with suppression and a built-in loss; module
+#: docstring); False gives the search without it (every node classified), for comparison
+PRUNE = True
 
 
 def _group(cols: list[np.ndarray], cards: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -131,7 +167,7 @@ class Space:
         self.heights = np.array([lv.height for lv in self.levels], dtype=np.int64)
         self.shape = tuple(int(h) + 1 for h in self.heights)
         self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.rows = [lv.rows(table.data.column(q)) for q, lv in zip(quasi, self.levels)]
+        self.rows = [lv.rows(table.column(q)) for q, lv in zip(quasi, self.levels)]
         self._ups: dict[tuple[int, int, int], np.ndarray] = {}
         cols = [lv.codes[0][r] for lv, r in zip(self.levels, self.rows)]
         inverse, reps = _group(cols, [lv.cards[0] for lv in self.levels])
@@ -216,8 +252,12 @@ class Space:
             self._next = len(keep)
             self._anchors.clear()
 
-    def published(self, levels: tuple[int, ...]) -> list[pa.Array]:
-        """Each QI generalized to its level (hierarchy labels as text)."""
+    def published(self, levels: tuple[int, ...], dictionary: bool = False) -> list[pa.Array]:
+        """Each QI generalized to its level (hierarchy labels as text; with ``dictionary``,
+        dictionary-encoded: a small integer per record, the labels once)."""
+        if dictionary:
+            return [pa.DictionaryArray.from_arrays(pa.array(lv.codes[l][r].astype(np.int32)), lv.labels[l])
+                    for lv, l, r in zip(self.levels, levels, self.rows)]
         return [lv.labels[l].take(pa.array(lv.codes[l][r])) for lv, l, r in zip(self.levels, levels, self.rows)]
 
     def describe(self, levels: tuple[int, ...] | np.ndarray) -> str:
@@ -229,22 +269,79 @@ class Verdict:
     ok: bool
     failing: int          # records in classes that fail the model
     classes: int
+    value: float | None = None   # a satisfying node's exact loss, when the search prunes by a bound
+
+
+class _Scorer:
+    """A built-in loss of nodes, from codes: ``bound`` holds every node's loss without
+    suppression (flat, lattice order; a sum of d precomputed per-level means), and
+    :meth:`value` a node's exact loss, the records of failing classes counting as fully
+    generalized (width 1 on every QI). ``lower``: the bound is a lower bound of the exact loss,
+    as the weights are >= 0 and the widths <= 1 (the search prunes by it only then)."""
+
+    def __init__(self, space: Space, lm: LossModel) -> None:
+        self.space = space
+        self.lm = lm
+        means = []
+        for lv, widths, rows in zip(lm.levels, lm.widths, space.rows):
+            means.append(np.array([widths[lvl][lv.codes[lvl][rows]].mean() for lvl in range(lv.height + 1)]))
+        bound = np.zeros(space.shape)
+        for i, (w, m) in enumerate(zip(lm.weights, means)):
+            shape = [1] * space.d
+            shape[i] = len(m)
+            bound = bound + w * m.reshape(shape)
+        self.bound = bound.reshape(-1)
+        # a suppressed record adds w_i * (1 - width) >= 0 on QI i (NaN fails both tests)
+        self.lower = bool(all(float(w) >= 0.0 for w in lm.weights)
+                          and all(bool(np.all(np.asarray(x) <= 1.0)) for widths in lm.widths for x in widths))
+
+    def value(self, part: _Part, ok: np.ndarray) -> float:
+        """The exact loss of the node of ``part`` whose classes ``ok`` satisfy the model."""
+        sp = self.space
+        value = float(self.bound[int(np.dot(part.levels, _strides(sp.shape)))])
+        if not ok.all():
+            bad = np.flatnonzero(~ok)
+            extra = 0.0
+            for i, (w, widths) in enumerate(zip(self.lm.weights, self.lm.widths)):
+                lvl = part.levels[i]
+                extra += w * float((part.sizes[bad] * (1.0 - widths[lvl][part.reps[i][bad]])).sum())
+            value += extra / sp.n
+        return value
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    """Flat-index strides of a C-ordered grid of ``shape`` (lattice order)."""
+    return [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
 
 
 class Search:
-    """Classify every node of ``space`` as satisfying or failing (Flash-style, see the
-    module docstring). ``check(levels) -> Verdict``."""
+    """Classify the nodes of ``space`` as satisfying or failing (Flash-style, see the module
+    docstring). ``check(levels) -> Verdict``.
 
-    def __init__(self, space: Space, check, monotone: bool) -> None:
+    ``bound``: per node (flat, lattice order) a lower bound of the exact value that the
+    verdicts of satisfying nodes carry (``Verdict.value``). Once a check has found a
+    satisfying node, a node whose bound is at least the least value found plus
+    ``BOUND_MARGIN`` (:attr:`cut`) is *excluded*: no path starts there, and nodes still
+    unclassified at the end are excluded (status 2), not classified. Paths then climb
+    towards large down-sets (see :meth:`_next`). Without ``bound`` every node is classified."""
+
+    def __init__(self, space: Space, check, monotone: bool, bound: np.ndarray | None = None) -> None:
         self.space = space
         self.check = check
         self.monotone = monotone
-        self.status = np.zeros(space.shape, dtype=np.int8)  # 0 unknown, 1 satisfying, -1 failing
+        # 0 unknown, 1 satisfying, -1 failing, 2 excluded by the bound (unclassified)
+        self.status = np.zeros(space.shape, dtype=np.int8)
         self.flat = self.status.reshape(-1)
         self.verdicts: dict[int, Verdict] = {}
-        self.strides = np.array([int(np.prod(space.shape[i + 1:], dtype=np.int64)) for i in range(space.d)],
-                                dtype=np.int64)
+        self.strides = np.array(_strides(space.shape), dtype=np.int64)
         self._order()
+        self.bound = bound
+        #: least exact value of a checked satisfying node, and the bound that excludes a node
+        self.best = math.inf
+        self.cut = math.inf
+        if bound is not None:
+            #: nodes in each node's down-set (itself and its specializations)
+            self.below = np.prod(self.grid.astype(np.int64) + 1, axis=0)
 
     def _order(self) -> None:
         """ARX's strategy: relative height, then mean relative level, then 1 - mean
@@ -290,32 +387,61 @@ class Search:
         lv = self.grid[:, idx]
         if not self.monotone:
             self.flat[idx] = 1 if v.ok else -1
-            return v.ok
         # monotone: every generalization of a satisfying node satisfies, every specialization
         # of a failing node fails (so no tag is ever overwritten with its opposite)
-        if v.ok:
+        elif v.ok:
             self.status[tuple(slice(int(x), None) for x in lv)] = 1
         else:
             self.status[tuple(slice(0, int(x) + 1) for x in lv)] = -1
+        if v.ok and self.bound is not None and v.value is not None and v.value < self.best:
+            self.best = v.value
+            self.cut = v.value + BOUND_MARGIN
         return v.ok
 
+    def excluded(self, idx: int) -> bool:
+        """Whether the bound excludes ``idx``: it cannot beat or tie the best value found."""
+        return self.bound is not None and bool(self.bound[idx] >= self.cut)
+
     def run(self) -> None:
-        if not self.monotone:
-            for nodes in self._buckets(False):
-                for idx in nodes:
-                    self.evaluate(int(idx))
-            return
         flat = self.flat
-        for nodes in self._buckets(True):
-            for idx in nodes:
-                if flat[idx] == 0:
-                    self._binary(int(idx))
+        if not self.monotone:
+            if self.bound is None:
+                for nodes in self._buckets(False):
+                    for idx in nodes:
+                        self.evaluate(int(idx))
+                return
+            # every node is checked on its own: in order of the bound, until it excludes the rest
+            for idx in np.lexsort((np.arange(self.space.size), self.bound)):
+                if self.excluded(int(idx)):
+                    break
+                self.evaluate(int(idx))
+        else:
+            for nodes in self._buckets(True):
+                for idx in nodes:
+                    if flat[idx] == 0 and not self.excluded(int(idx)):
+                        self._binary(int(idx))
+        if self.bound is not None:
+            # each node left is excluded: it was when the search reached it, and the cut only falls
+            flat[flat == 0] = 2
+
+    def _next(self, current: int) -> int | None:
+        """The next node of a path above ``current``: an unclassified direct generalization,
+        the first in ARX's order. Once the bound excludes nodes, the one with the largest
+        down-set among those the bound does not exclude (else among all; ties to the first
+        in ARX's order): a path through the bulk of the nodes left to classify, whose failing
+        nodes tag the most of them."""
+        succ = [s for s in self.successors(current) if self.flat[s] == 0]
+        if not succ or self.cut == math.inf:
+            return succ[0] if succ else None
+        within = [s for s in succ if not self.excluded(s)]
+        below = self.below
+        return max(within or succ, key=lambda s: below[s])
 
     def _path(self, head: int) -> list[int]:
         path = [head]
         current = head
         while True:
-            nxt = next((s for s in self.successors(current) if self.flat[s] == 0), None)
+            nxt = self._next(current)
             if nxt is None:
                 return path
             path.append(nxt)
@@ -325,7 +451,7 @@ class Search:
         queue = [self.key(start)]
         while queue:
             head = heapq.heappop(queue)[-1]
-            if self.flat[head] != 0:
+            if self.flat[head] != 0 or self.excluded(head):
                 continue
             path = self._path(head)
             low, high = 0, len(path) - 1
@@ -475,6 +601,16 @@ class Lattice(Algorithm):
         advance = ctx.progress(space.size, "lattice nodes")
         shown = [0, time.perf_counter()]
 
+        # with suppression a built-in loss is not monotone: every satisfying node is a candidate,
+        # and the search skips the nodes whose loss without suppression (a lower bound) is above
+        # the best exact loss it has found (see the module docstring)
+        scorer = _Scorer(space, utility.model(table, uparams)) \
+            if limit > 0 and isinstance(utility, HierarchyLoss) else None
+        prune = PRUNE and scorer is not None and scorer.lower
+        if scorer is not None and not scorer.lower:
+            ctx.note(f"lattice: {utility.name!r} has a weight below 0 or a width above 1, so its loss without "
+                     "suppression is no lower bound of its loss; the search is not pruned by it")
+
         def check(levels: tuple[int, ...]) -> Verdict:
             part = space.partition(levels)
             ok = holds(part)
@@ -484,18 +620,21 @@ class Lattice(Algorithm):
                 resolved = int(np.count_nonzero(search.flat))
                 advance(resolved - shown[0])
                 shown[:] = [resolved, now]
-            return Verdict(failing <= limit, failing, len(part.sizes))
+            value = scorer.value(part, ok) if prune and failing <= limit else None
+            return Verdict(failing <= limit, failing, len(part.sizes), value)
 
         monotone = bool(model.monotone and (limit == 0 or model.monotone_with_suppression))
-        search = Search(space, check, monotone)
+        search = Search(space, check, monotone, scorer.bound if prune else None)
         search.run()
         advance(space.size - shown[0])
         checked = len(search.verdicts)
+        excluded = int(np.count_nonzero(search.flat == 2))
         t_search = time.perf_counter() - t0
         if not monotone:
             why = "" if not model.monotone else " once records may be suppressed"
-            ctx.note(f"lattice: {model.name!r} is not monotone under generalization{why}; "
-                     f"every one of the {space.size} nodes was checked")
+            which = f"every one of the {space.size} nodes was checked" if not excluded else \
+                f"every node the loss bound did not exclude was checked ({checked} of {space.size})"
+            ctx.note(f"lattice: {model.name!r} is not monotone under generalization{why}; {which}")
 
         sat = search.status == 1
         if not sat.any():
@@ -504,8 +643,8 @@ class Lattice(Algorithm):
         minimal = np.flatnonzero(search.minimal().reshape(-1))
 
         if isinstance(utility, HierarchyLoss):
-            lm = utility.model(table, uparams)
-            best, value, evaluated = self._best_loss(space, search, lm, minimal, limit, holds)
+            best, value, evaluated = self._best_loss(space, search, scorer or _Scorer(space, utility.model(
+                table, uparams)), minimal, limit, holds)
         else:
             cand = minimal if params["candidates"] == "minimal" else np.flatnonzero(sat.reshape(-1))
             # ties go to the lower node (fewer levels), then the first in lattice order
@@ -519,23 +658,30 @@ class Lattice(Algorithm):
         kept = ok[classes]
         new_id = np.cumsum(ok) - 1
         class_ids = pa.array(new_id[classes], mask=~kept, type=pa.int64())
-        data = table.data
-        for q, arr in zip(quasi, space.published(levels)):
-            data = data.set_column(data.column_names.index(q), q, arr)
-        if CLASS in data.column_names:
-            data = data.drop_columns([CLASS])
-        data = data.append_column(CLASS, class_ids)
+        # the published table is written by the store: the generalized QIs and the classes,
+        # joined by position to the columns the node leaves as they are
+        gen = dict(zip(quasi, space.published(levels, dictionary=True)))
+        gen[CLASS] = class_ids
+        cols = [c for c in table.columns if c != CLASS]
+        select = ", ".join(f"g.{sql_ident(c)}" if c in gen else f"t.{sql_ident(c)}" for c in cols)
+        out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
+                         base=table, gen=pa.table(gen))
         suppressed = int((~kept).sum())
 
+        if excluded:
+            found = (f"{space.size - checked - excluded} by predictive tagging and {excluded} by the loss bound "
+                     f"(loss without suppression above the best found); {int(sat.sum())} known to satisfy "
+                     f"{model.name}, {len(minimal)} of them minimal")
+        else:
+            found = (f"{space.size - checked} by predictive tagging; {int(sat.sum())} satisfy {model.name}, "
+                     f"{len(minimal)} of them minimal")
         ctx.note(f"lattice: {space.size} nodes ({' x '.join(map(str, space.shape))} levels over "
-                 f"{', '.join(quasi)}); checked {checked}, pruned {space.size - checked} by predictive tagging; "
-                 f"{int(sat.sum())} satisfy {model.name}, {len(minimal)} of them minimal; "
-                 f"search {t_search:.2f} s")
+                 f"{', '.join(quasi)}); checked {checked}, pruned {found}; search {t_search:.2f} s")
         ctx.note(f"lattice: chosen node {space.describe(levels)} with {utility.name} = {value:.6g} "
                  f"({evaluated} node(s) scored); {int(ok.sum())} classes, {suppressed} record(s) suppressed "
                  f"(limit {limit})")
         claims = {model.name: {k: v for k, v in mparams.items() if v is not None}}
-        return table.replace(data=data, claims=claims)
+        return TypedTable(None, table.typing, claims, table.hierarchies, stored=out.stored)
 
     # -- choosing the node --------------------------------------------------------------
 
@@ -567,42 +713,36 @@ class Lattice(Algorithm):
             text += "; no suppression allowance can help: relax the model"
         return text
 
-    def _best_loss(self, space: Space, search: Search, lm: LossModel, minimal: np.ndarray, limit: int,
+    def _best_loss(self, space: Space, search: Search, scorer: _Scorer, minimal: np.ndarray, limit: int,
                    holds) -> tuple[int, float, int]:
         """Least-loss satisfying node (loss computed from codes; see module docstring)."""
-        means = []
-        for lv, widths, rows in zip(lm.levels, lm.widths, space.rows):
-            means.append(np.array([widths[lvl][lv.codes[lvl][rows]].mean() for lvl in range(lv.height + 1)]))
-        bound = np.zeros(space.shape)
-        for i, (w, m) in enumerate(zip(lm.weights, means)):
-            shape = [1] * space.d
-            shape[i] = len(m)
-            bound = bound + w * m.reshape(shape)
-        bound = bound.reshape(-1)
+        bound = scorer.bound
         heights = search.height
         if limit == 0:
             cand = minimal
             order = np.lexsort((cand, heights[cand], np.round(bound[cand], 12)))
             best = int(cand[order[0]])
             return best, float(bound[best]), len(cand)
-        cand = np.flatnonzero(search.status.reshape(-1) == 1)
+        # every satisfying node in order of its bound, scored exactly until the bound reaches the
+        # best: a node excluded by the search's bound always lies past that point
+        flat = search.flat
+        cand = np.flatnonzero((flat == 1) | (flat == 2))
         order = cand[np.lexsort((cand, heights[cand], np.round(bound[cand], 12)))]
         best, best_value, evaluated = -1, np.inf, 0
         for idx in order:
             idx = int(idx)
             if bound[idx] >= best_value - 1e-12:
                 break
-            part = space.partition(search.levels(idx))
-            ok = holds(part)
-            value = float(bound[idx])
-            if not ok.all():
-                bad = np.flatnonzero(~ok)
-                extra = 0.0
-                for i, (w, widths) in enumerate(zip(lm.weights, lm.widths)):
-                    lvl = part.levels[i]
-                    extra += w * float((part.sizes[bad] * (1.0 - widths[lvl][part.reps[i][bad]])).sum())
-                value += extra / space.n
-            evaluated += 1
+            if flat[idx] == 2:
+                raise RunError(f"lattice: internal error: node {space.describe(search.levels(idx))}, excluded by "
+                               f"its loss bound {bound[idx]:.17g}, is needed by the choice (best {best_value:.17g})")
+            v = search.verdicts.get(idx)
+            if v is not None and v.value is not None:
+                value = v.value
+            else:
+                part = space.partition(search.levels(idx))
+                value = scorer.value(part, holds(part))
+                evaluated += 1
             if value < best_value - 1e-12:
                 best, best_value = idx, value
         return best, best_value, evaluated
