@@ -142,6 +142,13 @@ class Metric(Plugin):
     #: then does a generalization never suppress more records, so a lattice search with record
     #: suppression may prune; otherwise it checks every node.
     monotone_with_suppression: ClassVar[bool] = False
+    #: :meth:`partition_holds` counts records only through ``partition.sizes``,
+    #: :meth:`Partition.counts`, :meth:`Partition.distinct` and :meth:`Partition.codes` (or
+    #: helpers built on them), so it accepts a *weighted* partition: one whose ``table``
+    #: holds each distinct combination of the quasi-identifiers and sensitive attributes once,
+    #: standing for ``weights`` records (a frequency table). A lattice search then works on
+    #: the frequency table, which DuckDB computes, instead of one row per record.
+    weighted_partitions: ClassVar[bool] = False
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable,
                 params: Mapping[str, Any], ctx: "StepContext") -> dict[str, float]:
@@ -212,14 +219,20 @@ class Partition:
 
     ``classes`` may be given as a zero-argument callable: it is then computed on first use
     (a check that needs only ``sizes``, such as k-anonymity, never pays for it).
+
+    ``weights``, when given, makes the partition *weighted*: row ``r`` of ``table`` stands for
+    ``weights[r]`` records with the same values (a frequency table), ``sizes`` count records,
+    and :meth:`counts` weighs each row. Only checks that declare
+    :attr:`Metric.weighted_partitions` are given one.
     """
 
     def __init__(self, classes: np.ndarray | Callable[[], np.ndarray], sizes: np.ndarray, table: TypedTable,
-                 cache: dict[str, Any] | None = None) -> None:
+                 cache: dict[str, Any] | None = None, weights: np.ndarray | None = None) -> None:
         self._classes = classes
         self.sizes = sizes
         self.table = table
         self.cache = cache if cache is not None else {}
+        self.weights = weights
 
     @property
     def classes(self) -> np.ndarray:
@@ -256,11 +269,11 @@ class Partition:
 
     def counts(self, column: str) -> np.ndarray:
         """``(n_classes, m)`` int64 matrix: the records of each class with each value of
-        ``column`` (columns in the order of :meth:`codes`)."""
+        ``column`` (columns in the order of :meth:`codes`; rows weighted by :attr:`weights`)."""
         codes, values = self.codes(column)
         m = len(values)
-        flat = np.bincount(self.classes * m + codes, minlength=self.n_classes * m)
-        return flat.reshape(self.n_classes, m)
+        flat = np.bincount(self.classes * m + codes, weights=self.weights, minlength=self.n_classes * m)
+        return flat.astype(np.int64, copy=False).reshape(self.n_classes, m)
 
     def distinct(self, column: str) -> np.ndarray:
         """Number of distinct values of ``column`` in each class (no ``n_classes x m`` matrix)."""

@@ -727,15 +727,14 @@ class HierarchyStep(Builtin):
         for column, spec in params.items():
             reg = registry.get("hierarchy", spec["builder"], where=where)
             cwhere = f"{where}: column {column!r}"
-            col = table.column(column)
-            values = pc.unique(pc.drop_null(col))
-            if isinstance(values, pa.ChunkedArray):
-                values = values.combine_chunks()
+            # the column's distinct values in order of first appearance (DuckDB groups them)
+            values = ctx.sql(f"SELECT {ident(column)} AS v FROM t WHERE {ident(column)} IS NOT NULL GROUP BY 1 "
+                             f"ORDER BY min({ident(ROW)})", t=table).column("v").combine_chunks()
             origin = spec["params"].get("file") or reg.name
             built = reg.obj.build(column, values, spec["params"], ctx)
             h = Hierarchy.from_levels(column, [built.level(i) for i in range(built.height + 1)], builder=reg.name)
             h.validate(cwhere, str(origin))
-            h.check_covers(col, cwhere, str(origin))
+            h.check_covers(values, cwhere, str(origin))
             hierarchies[column] = h
             summary["hierarchies"][column] = h.describe()
             ctx.note(f"{column}: {reg.name} hierarchy with levels 0..{h.height} "

@@ -735,3 +735,48 @@ def test_mi_loss_adult_workflow(cli, tmp_path):
     assert m["scores.mi-loss.weight.capital-gain"] == pytest.approx(0.141, abs=5e-4)  # SPEC's plug-in 0.141
     notes = " ".join(next(s for s in out["steps"] if s["step"] == "anon")["notes"])
     assert "874800 nodes" in notes and "with mi-loss = " in notes
+
+
+# -- the frequency table ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model, mparams, suppression, utility", [
+    ("k-anonymity", {"k": 5}, 0.0, "loss"),
+    ("k-anonymity", {"k": 10}, 0.05, "entropy-loss"),
+    ("l-diversity", {"l": 3}, 0.01, "loss"),
+    ("p-sensitive-k-anonymity", {"k": 4, "p": 2}, 0.02, "generalization-rl"),
+    ("alpha-k-anonymity", {"k": 3, "alpha": 0.6}, 0.05, "loss"),
+])
+def test_the_frequency_table_search_publishes_what_the_record_search_does(monkeypatch, model, mparams,
+                                                                           suppression, utility):
+    """Searching the frequency table (distinct QI and sensitive combinations with their records,
+    grouped by DuckDB) chooses the same node and publishes the same table, record for record,
+    as searching one row per record."""
+    t = adult(3000, quasi=("age", "sex", "race", "marital-status", "education"))
+    runs = {}
+    for frequency in (True, False):
+        monkeypatch.setattr(lattice_module, "FREQUENCY", frequency)
+        out, ctx = run_lattice(t, model=model, model_params=mparams, suppression=suppression, utility=utility)
+        runs[frequency] = (out.data.sort_by("_row"), [n for n in ctx.notes if "chosen node" in n])
+    (a, note_a), (b, note_b) = runs[True], runs[False]
+    assert a.equals(b)
+    assert note_a == note_b
+    assert a.column(CLASS).null_count <= int(suppression * 3000)
+
+
+def test_a_check_that_takes_no_weights_searches_one_row_per_record(monkeypatch):
+    """A third-party check not declaring weighted_partitions sees one row per record."""
+    seen = []
+
+    class Rows(KAnonymity):
+        name = "test.rows"
+        weighted_partitions = False
+
+        def partition_holds(self, partition, params):
+            seen.append((partition.weights, partition.table.num_rows))
+            return super().partition_holds(partition, params)
+
+    use(Rows())
+    t = adult(500)
+    run_lattice(t, model="test.rows", model_params={"k": 3})
+    assert seen and all(w is None and rows == 500 for w, rows in seen)

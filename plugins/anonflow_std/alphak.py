@@ -305,6 +305,9 @@ class AlphaKAnonymity(_AlphaCheck):
     monotone = True
     monotone_with_suppression = False
 
+    #: counts through sizes, counts(), distinct() and codes() only (see Metric)
+    weighted_partitions = True
+
     def partition_holds(self, partition: Any, params: Mapping[str, Any]) -> np.ndarray:
         """Each class of a lattice node: >= k records and every value at most alpha of them."""
         alpha = params.get("alpha")
@@ -351,6 +354,9 @@ class AlphaIKAnonymity(_AlphaCheck):
 
     monotone = True
     monotone_with_suppression = False
+
+    #: counts through sizes, counts(), distinct() and codes() only (see Metric)
+    weighted_partitions = True
 
     def partition_holds(self, partition: Any, params: Mapping[str, Any]) -> np.ndarray:
         """Each class of a lattice node: >= k records and each value (per: level, each level's

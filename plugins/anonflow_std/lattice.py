@@ -91,6 +91,9 @@ from .utility import HierarchyLoss, Levels, LossModel, need_hierarchies
 CACHE = 48
 #: anchor partitions (nodes with every level 0 or 1) kept to roll nodes up from.
 ANCHORS = 64
+#: search a frequency table (distinct QI and sensitive combinations with their records)
+#: when the model and the utility allow it (off: one row per record, for comparison)
+FREQUENCY = True
 #: largest key space grouped by a dense bincount instead of a sort (times the rows grouped).
 DENSE_FACTOR = 4
 #: a node whose lower bound is this far above the best exact loss found can neither beat nor
@@ -158,10 +161,13 @@ class _Part:
 class Space:
     """The lattice of a table's QI hierarchies, with the records coded once."""
 
-    def __init__(self, table: TypedTable, quasi: list[str]) -> None:
+    def __init__(self, table: TypedTable, quasi: list[str], weights: np.ndarray | None = None) -> None:
+        """``table``: the records, or (with ``weights``) a frequency table, each row standing
+        for ``weights[r]`` records; a "record" below is then a row of it."""
         self.table = table
         self.quasi = quasi
-        self.n = table.num_rows
+        self.weights = weights
+        self.n = int(weights.sum()) if weights is not None else table.num_rows
         self.levels = [Levels(table.hierarchies[q]) for q in quasi]
         self.d = len(quasi)
         self.heights = np.array([lv.height for lv in self.levels], dtype=np.int64)
@@ -171,7 +177,8 @@ class Space:
         self._ups: dict[tuple[int, int, int], np.ndarray] = {}
         cols = [lv.codes[0][r] for lv, r in zip(self.levels, self.rows)]
         inverse, reps = _group(cols, [lv.cards[0] for lv in self.levels])
-        self.bottom = _Part(tuple([0] * self.d), inverse, np.bincount(inverse, minlength=len(reps[0])), reps)
+        sizes = np.bincount(inverse, weights=weights, minlength=len(reps[0])).astype(np.int64, copy=False)
+        self.bottom = _Part(tuple([0] * self.d), inverse, sizes, reps)
         self._cache: list[_Part] = []
         self._cache_levels = np.zeros((CACHE, self.d), dtype=np.int64)
         self._cache_sizes = np.zeros(CACHE, dtype=np.int64)
@@ -284,7 +291,8 @@ class _Scorer:
         self.lm = lm
         means = []
         for lv, widths, rows in zip(lm.levels, lm.widths, space.rows):
-            means.append(np.array([widths[lvl][lv.codes[lvl][rows]].mean() for lvl in range(lv.height + 1)]))
+            means.append(np.array([np.average(widths[lvl][lv.codes[lvl][rows]], weights=space.weights)
+                                   for lvl in range(lv.height + 1)]))
         bound = np.zeros(space.shape)
         for i, (w, m) in enumerate(zip(lm.weights, means)):
             shape = [1] * space.d
@@ -582,13 +590,22 @@ class Lattice(Algorithm):
         utility, uparams = self._utility(params)
         quasi = table.typing.quasi
         need_hierarchies(quasi, table.hierarchies, "lattice")
-        space = Space(table, quasi)
+        # a built-in loss with a check that counts through the partition's counts: search the
+        # frequency table (each distinct QI and sensitive combination once, with its records),
+        # which DuckDB computes, instead of one row per record
+        units = _frequency_table(table, model, mparams, ctx) \
+            if FREQUENCY and model.weighted_partitions and isinstance(utility, HierarchyLoss) else None
+        if units is not None:
+            unit_table, weights = units
+            space = Space(unit_table, quasi, weights)
+        else:
+            space = Space(table, quasi)
         n = space.n
         limit = suppression_limit(params["suppression"], n)
         cache: dict[str, Any] = {}
 
         def holds(part: _Part) -> np.ndarray:
-            partition = Partition(lambda: space.classes(part), part.sizes, table, cache)
+            partition = Partition(lambda: space.classes(part), part.sizes, space.table, cache, space.weights)
             ok = np.asarray(model.partition_holds(partition, mparams))
             if partition.classes_used:
                 space.need_classes()
@@ -659,14 +676,23 @@ class Lattice(Algorithm):
         new_id = np.cumsum(ok) - 1
         class_ids = pa.array(new_id[classes], mask=~kept, type=pa.int64())
         # the published table is written by the store: the generalized QIs and the classes,
-        # joined by position to the columns the node leaves as they are
+        # joined by position to the columns the node leaves as they are, or (frequency table)
+        # joined to the records by their QI values
         gen = dict(zip(quasi, space.published(levels, dictionary=True)))
         gen[CLASS] = class_ids
         cols = [c for c in table.columns if c != CLASS]
         select = ", ".join(f"g.{sql_ident(c)}" if c in gen else f"t.{sql_ident(c)}" for c in cols)
-        out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
-                         base=table, gen=pa.table(gen))
-        suppressed = int((~kept).sum())
+        if units is None:
+            out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
+                             base=table, gen=pa.table(gen))
+        else:
+            # each record meets exactly one row of the frequency table: the one of its values
+            keyed = unit_table.columns
+            keys = {f"_af_key{i}": unit_table.column(c) for i, c in enumerate(keyed)}
+            on = " AND ".join(f"t.{sql_ident(c)} IS NOT DISTINCT FROM g._af_key{i}" for i, c in enumerate(keyed))
+            out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t JOIN gen g ON {on}",
+                             ordered=False, base=table, gen=pa.table({**keys, **gen}))
+        suppressed = int(part.sizes[~ok].sum())
 
         if excluded:
             found = (f"{space.size - checked - excluded} by predictive tagging and {excluded} by the loss bound "
@@ -788,6 +814,22 @@ class Lattice(Algorithm):
         return best, float(best_value), len(candidates)
 
 
+def _frequency_table(table: TypedTable, model: Metric, mparams: Mapping[str, Any],
+                     ctx: StepContext) -> tuple[TypedTable, np.ndarray]:
+    """The records as a frequency table: each distinct combination of the quasi-identifiers
+    and the sensitive attributes (those typed, and one the model names) once, in sorted order,
+    with its number of records (DuckDB groups them where they are stored)."""
+    keep = list(table.typing.quasi) + [c for c in table.typing.sensitive if c not in table.typing.quasi]
+    named = mparams.get("sensitive")
+    if isinstance(named, str) and named in table.columns and named not in keep:
+        keep.append(named)
+    cols = ", ".join(sql_ident(c) for c in keep)
+    freq = ctx.sql(f"SELECT {cols}, count(*)::BIGINT AS _af_n FROM t GROUP BY ALL ORDER BY ALL NULLS LAST", t=table)
+    weights = freq.column("_af_n").to_numpy()
+    units = TypedTable(freq.drop_columns(["_af_n"]), table.typing, {}, table.hierarchies)
+    return units, weights
+
+
 def _unreachable(space: Space, model: Metric, mparams: Mapping[str, Any], holds, limit: int) -> list[str]:
     """Why no node can satisfy the model, as far as it can be told from the data and the top
     node (every QI at its hierarchy's top level) -- each class of any node lies inside one
@@ -836,7 +878,8 @@ def _unreachable_sensitive(space: Space, model: Metric, mparams: Mapping[str, An
     single = len(top.sizes) == 1
     out: list[str] = []
     cache: dict[str, Any] = {}
-    whole = Partition(np.zeros(n, dtype=np.int64), np.array([n], dtype=np.int64), table, cache)
+    whole = Partition(np.zeros(table.num_rows, dtype=np.int64), np.array([n], dtype=np.int64), table, cache,
+                      space.weights)
     distinct = int(real_distinct(whole, s)[0])  # a missing value is no value
     for key in ("l", "p"):
         want = mparams.get(key)
@@ -845,7 +888,8 @@ def _unreachable_sensitive(space: Space, model: Metric, mparams: Mapping[str, An
         if want > distinct:
             out.append(f"{key} = {want}, but {s!r} has only {distinct} distinct value(s) in the whole table")
         elif not single:
-            most = int(real_distinct(Partition(lambda: space.classes(top), top.sizes, table, cache), s).max())
+            most = int(real_distinct(Partition(lambda: space.classes(top), top.sizes, table, cache, space.weights),
+                                         s).max())
             if most < want:
                 out.append(f"{key} = {want}, but the classes of {where} hold at most {most} distinct value(s) "
                            f"of {s!r}")

@@ -138,6 +138,9 @@ class KAnonymity(Metric):
     monotone = True
     monotone_with_suppression = True
 
+    #: counts through sizes, counts(), distinct() and codes() only (see Metric)
+    weighted_partitions = True
+
     def partition_holds(self, partition: Partition, params: Mapping[str, Any]) -> np.ndarray:
         k = params.get("k")
         if k is None:

@@ -243,6 +243,9 @@ class LDiversity(Metric):
                 _worst_note(ctx, self.name, row, f"{row['worst_distinct']} distinct {s} value(s), l = {l}")
         return out
 
+    #: counts through sizes, counts(), distinct() and codes() only (see Metric)
+    weighted_partitions = True
+
     def partition_holds(self, partition: Any, params: Mapping[str, Any]) -> np.ndarray:
         l = params.get("l")
         if l is None:
@@ -285,6 +288,9 @@ class PSensitiveKAnonymity(Metric):
             _worst_note(ctx, n, row, f"{row['worst_size']} record(s), {row['worst_distinct']} distinct {s} value(s); "
                                      f"k = {k}, p = {p}")
         return out
+
+    #: counts through sizes, counts(), distinct() and codes() only (see Metric)
+    weighted_partitions = True
 
     def partition_holds(self, partition: Any, params: Mapping[str, Any]) -> np.ndarray:
         k, p = params.get("k"), params.get("p")
