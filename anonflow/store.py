@@ -150,8 +150,8 @@ class Artifact:
 
 def _read_expr(src: SourceSpec, whole: bool = True) -> tuple[str, list[Any]]:
     """SQL (and its parameters) that reads a file source. CSV column types are sniffed on the
-    whole file (``whole``: no late surprises) or on DuckDB's sample (faster; a value that does
-    not fit then fails the read, and the caller reads again with ``whole``)."""
+    whole file (``whole``: no late surprise, no value silently rounded to a type sniffed on a
+    sample) or, for planning, which needs only the column names, on DuckDB's sample."""
     if src.format == "parquet":
         return "SELECT * FROM read_parquet(?)", [str(src.path)]
     opts = src.options
@@ -810,8 +810,9 @@ class Store:
             self.con.execute(f"DROP TABLE IF EXISTS {ident(raw)}")
 
     def _read_into(self, src: SourceSpec, name: str) -> None:
-        """``CREATE TABLE name`` from a source file (CSV types sniffed on a sample first and,
-        if a later value does not fit them, on the whole file), errors naming the source."""
+        """``CREATE TABLE name`` from a source file, errors naming the source. CSV column types
+        are sniffed on the whole file: sniffed on a sample, a later value that does not fit
+        could be changed silently (DuckDB reads ``12.5`` in a column sniffed as integers as 13)."""
         where = f"source {src.name!r}"
         if src.format == "duckdb":
             data = read_source(src)  # another DuckDB file: read through a sandboxed connection
@@ -822,16 +823,9 @@ class Store:
                 self.con.unregister("_af_incoming")
             return
         _check_source_file(src)
-        sql, params = _read_expr(src, whole=False)
+        sql, params = _read_expr(src, whole=True)
         try:
-            try:
-                self.con.execute(f"CREATE TABLE {ident(name)} AS {sql}", params)
-            except duckdb.ConversionException:
-                if src.format != "csv":
-                    raise
-                self.con.execute(f"DROP TABLE IF EXISTS {ident(name)}")
-                sql, params = _read_expr(src, whole=True)
-                self.con.execute(f"CREATE TABLE {ident(name)} AS {sql}", params)
+            self.con.execute(f"CREATE TABLE {ident(name)} AS {sql}", params)
             _check_header(self.con, src, self._column_names(name))
         except duckdb.Error as exc:
             if isinstance(exc, (duckdb.OutOfMemoryException,)):
