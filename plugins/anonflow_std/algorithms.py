@@ -14,15 +14,26 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable
+from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable, sql_ident
 
 from . import __version__
 from .common import continuous_quasi, zscores
 
 
-def publish_group_means(table: TypedTable, columns: list[str], X: np.ndarray, labels: np.ndarray) -> TypedTable:
-    """Replace each column by its group mean (original units) and add the ``_class`` column."""
+def publish_group_means(table: TypedTable, columns: list[str], X: np.ndarray, labels: np.ndarray,
+                        ctx: StepContext | None = None) -> TypedTable:
+    """Replace each column by its group mean (original units) and add the ``_class`` column.
+    A table in the store stays there: the means and classes are joined to it by position."""
     counts = np.bincount(labels)
+    if ctx is not None and ctx.derive is not None and not table.loaded:
+        new = {name: pa.array((np.bincount(labels, weights=X[:, j], minlength=counts.size) / counts)[labels],
+                              type=pa.float64()) for j, name in enumerate(columns)}
+        new[CLASS] = pa.array(labels, type=pa.int64())
+        select = ", ".join(f"g.{sql_ident(c)}" if c in new else f"t.{sql_ident(c)}"
+                           for c in table.columns if c != CLASS)
+        out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
+                         base=table, gen=pa.table(new))
+        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored)
     data = table.data
     if CLASS in data.column_names:
         data = data.drop_columns([CLASS])
@@ -76,7 +87,7 @@ class _Microaggregation(Algorithm):
         report(table.num_rows)
         sizes = np.bincount(labels)
         ctx.note(f"{sizes.size} groups of {int(sizes.min())}..{int(sizes.max())} records")
-        return publish_group_means(table, quasi, X, labels)
+        return publish_group_means(table, quasi, X, labels, ctx)
 
 
 class Mdav(_Microaggregation):
@@ -238,7 +249,7 @@ class Refine(Algorithm):
         if result.stopped_by == "seconds":
             ctx.note(f"stopped by the time limit ({params['seconds']:g} s): the result depends on the machine's "
                      "speed; raise 'seconds' or lower 'rounds'/'kicks' for a reproducible output")
-        out = publish_group_means(original, quasi, X, result.labels)
+        out = publish_group_means(original, quasi, X, result.labels, ctx)
         return out.replace(claims={"k-anonymity": {"k": k}})
 
 
