@@ -10,6 +10,7 @@ overwritten, so a failed run cannot damage the results of an earlier one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Mapping
 
 import duckdb
 import numpy as np
@@ -529,8 +530,18 @@ class Store:
         values in an order that varies from run to run, so a ``sum`` or ``avg`` of doubles could
         differ in its last bit and break the promise of identical results (and ``anonflow
         verify --rerun``)."""
-        registered, views = [], []
         self.con.execute("SET threads = 1")
+        try:
+            with self._visible(tables):
+                return _arrow(self.con.sql(query, params=params) if params else self.con.sql(query))
+        finally:
+            self.con.execute(f"SET threads = {self.threads}")
+
+    @contextlib.contextmanager
+    def _visible(self, tables: Mapping[str, Any]) -> Iterator[None]:
+        """Make each table visible to queries under its key: an Arrow table (or a loaded
+        :class:`TypedTable`) registered, a stored one as a temporary view of it."""
+        registered, views = [], []
         try:
             for name, table in tables.items():
                 if isinstance(table, TypedTable) and not table.loaded:
@@ -538,17 +549,22 @@ class Store:
                                      f"SELECT * FROM {ident(table.stored.name)}")
                     views.append(name)
                     continue
-                if isinstance(table, TypedTable):
-                    table = table.data
-                self.con.register(name, table)
+                self.con.register(name, table.data if isinstance(table, TypedTable) else table)
                 registered.append(name)
-            return _arrow(self.con.sql(query, params=params) if params else self.con.sql(query))
+            yield
         finally:
             for name in registered:
                 self.con.unregister(name)
             for name in views:
                 self.con.execute(f"DROP VIEW IF EXISTS temp.{ident(name)}")
-            self.con.execute(f"SET threads = {self.threads}")
+
+    @staticmethod
+    def _with(tables: Mapping[str, TypedTable]) -> str:
+        """A ``WITH`` clause naming stored tables by their keys (for a view, which may not
+        read temporary objects)."""
+        if not tables:
+            return ""
+        return "WITH " + ", ".join(f"{ident(k)} AS (SELECT * FROM {ident(t.stored.name)})" for k, t in tables.items())
 
     # -- data tables ---------------------------------------------------------------------
     #
@@ -601,30 +617,15 @@ class Store:
         if view:
             if params or any(not isinstance(t, TypedTable) or t.loaded for t in tables.values()):
                 raise ValueError("derive(view=True) takes stored tables and no parameters")
-            with_clause = ", ".join(f"{ident(k)} AS (SELECT * FROM {ident(t.stored.name)})"
-                                    for k, t in tables.items())
-            self.con.execute(f"CREATE VIEW {ident(name)} AS {'WITH ' + with_clause if tables else ''} {query}")
+            self.con.execute(f"CREATE VIEW {ident(name)} AS {self._with(tables)} {query}")
             return self.stored(name)  # counted: the query may filter
-        registered, views = [], []
+        body = query if ordered else f"SELECT * FROM ({query}) ORDER BY {ident(ROW)}"
         try:
-            for key, table in tables.items():
-                if isinstance(table, TypedTable) and not table.loaded:
-                    self.con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(key)} AS "
-                                     f"SELECT * FROM {ident(table.stored.name)}")
-                    views.append(key)
-                    continue
-                self.con.register(key, table.data if isinstance(table, TypedTable) else table)
-                registered.append(key)
-            body = query if ordered else f"SELECT * FROM ({query}) ORDER BY {ident(ROW)}"
-            self.con.execute(f"CREATE TABLE {ident(name)} AS {body}", params or [])
+            with self._visible(tables):
+                self.con.execute(f"CREATE TABLE {ident(name)} AS {body}", params or [])
         except BaseException:
             self.con.execute(f"DROP TABLE IF EXISTS {ident(name)}")
             raise
-        finally:
-            for key in registered:
-                self.con.unregister(key)
-            for key in views:
-                self.con.execute(f"DROP VIEW IF EXISTS temp.{ident(key)}")
         return self.stored(name)
 
     def derive_table(self, query: str, params: list[Any] | None = None, *, ordered: bool = True,
@@ -641,8 +642,7 @@ class Store:
             if table.loaded or table.stored is None:
                 raise ValueError(f"relation: table {key!r} is not in the store")
         name = f"af_view_{secrets.token_hex(8)}"
-        with_clause = ", ".join(f"{ident(k)} AS (SELECT * FROM {ident(t.stored.name)})" for k, t in tables.items())
-        self.con.execute(f"CREATE TEMP VIEW {ident(name)} AS {'WITH ' + with_clause if tables else ''} {query}")
+        self.con.execute(f"CREATE TEMP VIEW {ident(name)} AS {self._with(tables)} {query}")
         if rows is None:
             rows = int(self._one(f"SELECT count(*) FROM {ident(name)}")[0])
         return TypedTable(None, stored=self.stored(name, rows=rows))
