@@ -263,14 +263,7 @@ def read_source(src: SourceSpec) -> pa.Table:
     """Read a source into Arrow (no ``_row`` column yet); errors name the source and file."""
     where = f"source {src.name!r}"
     if src.format == "duckdb":
-        if src.path is not None:
-            _check_source_file(src)
-        try:
-            # the file may come from someone else: a view in it must not read other files
-            con = duckdb.connect(str(src.path), read_only=True, config=dict(_SANDBOX_CONFIG)) if src.path \
-                else duckdb.connect(config=dict(_SANDBOX_CONFIG))
-        except duckdb.Error as exc:
-            raise InputError(f"cannot open DuckDB file {src.path}: {_duck_message(exc)}", where=where) from None
+        con = _open_duckdb_source(src)
         try:
             data = _arrow(con.sql(f"SELECT * FROM {ident(src.table or '')}"))
         except duckdb.Error as exc:
@@ -295,6 +288,19 @@ def read_source(src: SourceSpec) -> pa.Table:
     if data.num_rows == 0:
         raise InputError(_no_records(src), where=where)
     return data
+
+
+def _open_duckdb_source(src: SourceSpec) -> Any:
+    """A read-only, sandboxed connection to a DuckDB source file: the file may come from
+    someone else, and a view in it must not read other files."""
+    if src.path is not None:
+        _check_source_file(src)
+    try:
+        return duckdb.connect(str(src.path), read_only=True, config=dict(_SANDBOX_CONFIG)) if src.path \
+            else duckdb.connect(config=dict(_SANDBOX_CONFIG))
+    except duckdb.Error as exc:
+        raise InputError(f"cannot open DuckDB file {src.path}: {_duck_message(exc)}",
+                         where=f"source {src.name!r}") from None
 
 
 def _check_reserved(names: Iterable[str], src: SourceSpec) -> None:
@@ -815,12 +821,26 @@ class Store:
         could be changed silently (DuckDB reads ``12.5`` in a column sniffed as integers as 13)."""
         where = f"source {src.name!r}"
         if src.format == "duckdb":
-            data = read_source(src)  # another DuckDB file: read through a sandboxed connection
-            self.con.register("_af_incoming", data)
+            # another DuckDB file: read through a sandboxed connection (a view in it must not read
+            # other files), streamed into the store batch by batch (bounded memory, file order)
+            con = _open_duckdb_source(src)
             try:
-                self.con.execute(f"CREATE TABLE {ident(name)} AS SELECT * FROM _af_incoming")
+                try:
+                    reader = con.sql(f"SELECT * FROM {ident(src.table or '')}").to_arrow_reader(HASH_BATCH)
+                except duckdb.Error as exc:
+                    raise InputError(f"cannot read table {src.table!r}: {_duck_message(exc)}", where=where) from None
+                self.con.register("_af_incoming", reader)
+                try:
+                    self.con.execute(f"CREATE TABLE {ident(name)} AS SELECT * FROM _af_incoming")
+                except duckdb.Error as exc:
+                    if isinstance(exc, duckdb.OutOfMemoryException):
+                        raise
+                    raise InputError(f"cannot read table {src.table!r}: {_duck_message(exc)}",
+                                     where=where) from None
+                finally:
+                    self.con.unregister("_af_incoming")
             finally:
-                self.con.unregister("_af_incoming")
+                con.close()
             return
         _check_source_file(src)
         sql, params = _read_expr(src, whole=True)

@@ -203,3 +203,27 @@ def test_the_typing_is_carried_in_the_parquet_file_written_by_duckdb(cli, projec
     assert any(a["name"] == "AFNLWGT" and a["role"] == "quasi" for a in typing["attributes"])
     assert np.array_equal(pq.read_table(path).column("_class").to_numpy(),
                           np.sort(pq.read_table(path).column("_class").to_numpy()))
+
+
+def test_a_duckdb_source_streams_in_order_and_its_views_may_not_read_files(cli, tmp_path):
+    """A DuckDB source is read through a sandboxed connection, streamed into the store in
+    batches: the records keep their order, and a view in the file that reads another file is
+    refused in one line instead of leaking it."""
+    n = 300_000   # a few of the store's batches
+    src = tmp_path / "src.duckdb"
+    con = duckdb.connect(str(src))
+    con.execute(f"CREATE TABLE people AS SELECT (i * 7919) % {n} AS age, "
+                f"CASE WHEN i % 3 = 0 THEN 'F' ELSE 'M' END AS sex FROM range({n}) t(i)")
+    (tmp_path / "secret.txt").write_text("secret\n")
+    con.execute(f"CREATE VIEW leak AS SELECT * FROM read_text('{tmp_path / 'secret.txt'}')")
+    con.close()
+    steps = "steps:\n  t: {uses: typing, input: d, with: {quasi: {age: continuous, sex: nominal}}}\n"
+    wf = write(tmp_path / "wf.yaml", "sources: {d: {db: src.duckdb, table: people}}\n" + steps)
+    out = run_json(cli, wf, "--db", tmp_path / "s.duckdb")
+    with Store(tmp_path / "s.duckdb", read_only=True) as store:
+        ages = store.get(store.step_in_run(out["run_id"], "t")["output_table"]).column("age").to_numpy()
+    assert np.array_equal(ages, (np.arange(n) * 7919) % n)
+    wf = write(tmp_path / "leak.yaml", "sources: {d: {db: src.duckdb, table: leak}}\n" + steps)
+    res = cli("run", wf, "--db", tmp_path / "s2.duckdb")
+    assert res.exit_code == 2
+    assert "cannot read table 'leak'" in res.output and "secret" not in res.output.replace("secret.txt", "")
