@@ -276,7 +276,7 @@ def read_source(src: SourceSpec) -> pa.Table:
         return data
     _check_source_file(src)
     sql, params = _read_expr(src)
-    con = duckdb.connect()
+    con = _connect()
     try:
         data = _arrow(con.sql(sql, params=params))
         _check_header(con, src, data.column_names)
@@ -296,8 +296,7 @@ def _open_duckdb_source(src: SourceSpec) -> Any:
     if src.path is not None:
         _check_source_file(src)
     try:
-        return duckdb.connect(str(src.path), read_only=True, config=dict(_SANDBOX_CONFIG)) if src.path \
-            else duckdb.connect(config=dict(_SANDBOX_CONFIG))
+        return _connect(str(src.path), read_only=True, sandbox=True) if src.path else _connect(sandbox=True)
     except duckdb.Error as exc:
         raise InputError(f"cannot open DuckDB file {src.path}: {_duck_message(exc)}",
                          where=f"source {src.name!r}") from None
@@ -320,7 +319,7 @@ def describe_source(src: SourceSpec) -> list[tuple[str, str]]:
         return [(f.name, str(f.type)) for f in read_source(src).schema]
     _check_source_file(src)
     sql, params = _read_expr(src, whole=False)
-    con = duckdb.connect()
+    con = _connect()
     try:
         rel = con.execute(f"DESCRIBE {sql}", params)
         columns = [(r[0], r[1]) for r in rel.fetchall()]
@@ -421,7 +420,7 @@ class Store:
         # DuckDB spills to a work folder of anonflow's own: created fresh, owner-only, removed on close
         self._spill = tempfile.mkdtemp(prefix="anonflow-spill-")
         try:
-            self.con = duckdb.connect(str(self.path), read_only=read_only)
+            self.con = _connect(str(self.path), read_only=read_only)
             self.con.execute(f"SET temp_directory = '{self._spill}'")  # mkdtemp's name: no quote in it
         except duckdb.Error as exc:
             shutil.rmtree(self._spill, ignore_errors=True)
@@ -1046,12 +1045,23 @@ _SANDBOX_CONFIG = {
     "autoload_known_extensions": False,
     "autoinstall_known_extensions": False,
     "allow_community_extensions": False,
-    "lock_configuration": True,
 }
 
 
+def _connect(path: str = ":memory:", *, read_only: bool = False, sandbox: bool = False, **config: Any) -> Any:
+    """A DuckDB connection with no progress bar (DuckDB draws one on stdout for a query longer
+    than two seconds, terminal or not: it broke ``--json`` and printed into pipes; anonflow
+    shows its own progress). ``sandbox``: no file, network or extension access, and the
+    configuration locked once set."""
+    con = duckdb.connect(path, read_only=read_only, config={**(_SANDBOX_CONFIG if sandbox else {}), **config})
+    con.execute("SET enable_progress_bar = false")
+    if sandbox:
+        con.execute("SET lock_configuration = true")
+    return con
+
+
 def _sandbox() -> Any:
-    return duckdb.connect(":memory:", config={**_SANDBOX_CONFIG, "threads": 1, "memory_limit": USER_SQL_MEMORY_LIMIT})
+    return _connect(sandbox=True, threads=1, memory_limit=USER_SQL_MEMORY_LIMIT)
 
 
 def _user_query(condition: str) -> str:

@@ -227,3 +227,20 @@ def test_a_duckdb_source_streams_in_order_and_its_views_may_not_read_files(cli, 
     res = cli("run", wf, "--db", tmp_path / "s2.duckdb")
     assert res.exit_code == 2
     assert "cannot read table 'leak'" in res.output and "secret" not in res.output.replace("secret.txt", "")
+
+
+def test_duckdb_draws_no_progress_bar_into_the_output(tmp_path):
+    """DuckDB draws a progress bar on stdout for any query longer than two seconds, terminal or
+    not: it corrupted ``--json`` at 3 million records. Every connection anonflow opens has it
+    off, and the sandbox for workflow SQL stays locked."""
+    from anonflow.store import _sandbox
+
+    with Store(tmp_path / "s.duckdb") as store:
+        assert store.con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False
+    con = _sandbox()
+    try:
+        assert con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False
+        with pytest.raises(duckdb.Error):
+            con.execute("SET enable_external_access = true")
+    finally:
+        con.close()
