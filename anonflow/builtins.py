@@ -630,12 +630,20 @@ class FilterStep(Builtin):
         # user SQL runs sandboxed (anonflow.store.condition_mask): it sees only the input records, reads no file
         from .store import condition_mask
 
+        # the condition may read any column, and aggregate over all records (a subquery on
+        # ``input``), so the sandbox sees the whole table; only the mask comes back
         ordered = table.data.sort_by(ROW)
-        data = ordered.filter(condition_mask(params["where"], ordered, where=where))
-        removed = table.num_rows - data.num_rows
-        ctx.note(f"kept {data.num_rows} of {table.num_rows} records ({removed} removed by {params['where']!r})")
-        return table.replace(data=data.cast(table.data.schema)), {"records_in": table.num_rows,
-                                                                 "records_out": data.num_rows, "removed": removed}
+        mask = condition_mask(params["where"], ordered, where=where)
+        kept = int(pc.sum(mask).as_py() or 0)
+        removed = table.num_rows - kept
+        ctx.note(f"kept {kept} of {table.num_rows} records ({removed} removed by {params['where']!r})")
+        summary = {"records_in": table.num_rows, "records_out": kept, "removed": removed}
+        if table.stored is None or ctx.derive is None:
+            return table.replace(data=ordered.filter(mask).cast(table.data.schema)), summary
+        # in the store: the records kept are written by DuckDB (the mask joined by position)
+        out = ctx.derive("SELECT t.* FROM t POSITIONAL JOIN m WHERE m._af_keep", t=TypedTable(None, stored=table.stored),
+                         m=pa.table({"_af_keep": mask}))
+        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored), summary
 
 
 class SampleStep(Builtin):
@@ -657,8 +665,15 @@ class SampleStep(Builtin):
             raise InputError(f"parameter 'n' = {n} is larger than the table ({table.num_rows} records)", where=where)
         chosen = np.sort(ctx.rng.choice(table.num_rows, size=n, replace=False))
         ctx.note(f"sampled {n} of {table.num_rows} records")
-        return table.replace(data=table.data.take(pa.array(chosen))), {"records_in": table.num_rows,
-                                                                       "records_out": n}
+        summary = {"records_in": table.num_rows, "records_out": n}
+        if table.loaded or ctx.derive is None:
+            return table.replace(data=table.data.take(pa.array(chosen))), summary
+        # in the store: the chosen positions as a mask joined by position (order kept)
+        keep = np.zeros(table.num_rows, dtype=bool)
+        keep[chosen] = True
+        out = ctx.derive("SELECT t.* FROM t POSITIONAL JOIN m WHERE m._af_keep", t=table,
+                         m=pa.table({"_af_keep": keep}))
+        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored), summary
 
 
 # -- hierarchy -------------------------------------------------------------------------

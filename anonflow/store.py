@@ -118,6 +118,9 @@ MIGRATIONS: list[tuple[str, str]] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 #: prefix of tables being written (renamed to their content address once hashed)
 SCRATCH = "af_scratch_"
+#: DuckDB's integer types (its CSV sniffer picks BIGINT)
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                  "UBIGINT", "UHUGEINT")
 #: records per batch when the store hashes a table
 HASH_BATCH = 1 << 17
 
@@ -149,7 +152,7 @@ class Artifact:
     rows: int
 
 
-def _read_expr(src: SourceSpec, whole: bool = True) -> tuple[str, list[Any]]:
+def _read_expr(src: SourceSpec, whole: bool = True, types: dict[str, str] | None = None) -> tuple[str, list[Any]]:
     """SQL (and its parameters) that reads a file source. CSV column types are sniffed on the
     whole file (``whole``: no late surprise, no value silently rounded to a type sniffed on a
     sample) or, for planning, which needs only the column names, on DuckDB's sample."""
@@ -170,9 +173,10 @@ def _read_expr(src: SourceSpec, whole: bool = True) -> tuple[str, list[Any]]:
     if "na_values" in opts:
         args.append("nullstr = ?")
         params.append([str(v) for v in opts["na_values"]])
-    if "types" in opts:
+    given = {str(k): str(v) for k, v in (opts.get("types") or {}).items()}
+    if given or types:
         args.append("types = ?")
-        params.append({str(k): str(v) for k, v in opts["types"].items()})
+        params.append({**(types or {}), **given})
     return f"SELECT * FROM read_csv({', '.join(['?', *args])})", params
 
 
@@ -673,6 +677,11 @@ class Store:
         if a.loaded and b.loaded:
             return bool(np.array_equal(np.sort(a.rows()), np.sort(b.rows())))
         r = ident(ROW)
+        # stored tables are in _row order: the same ids position by position is one linear scan
+        # (a table in another order falls through to the multiset comparison)
+        odd = self.sql(f"SELECT count(*) FROM a POSITIONAL JOIN b WHERE a.{r} IS DISTINCT FROM b.{r}", a=a, b=b)
+        if odd.column(0)[0].as_py() == 0:
+            return True
         extra = self.sql(f"SELECT count(*) AS n FROM (SELECT {r} FROM a EXCEPT ALL SELECT {r} FROM b)", a=a, b=b)
         return extra.column(0)[0].as_py() == 0
 
@@ -786,13 +795,14 @@ class Store:
         where = f"source {src.name!r}"
         raw = self._scratch_name()
         try:
-            self._read_into(src, raw)
+            casts = self._read_into(src, raw)
             columns = self._column_names(raw)
             _check_reserved(columns, src)
             n = int(self._one(f"SELECT count(*) FROM {ident(raw)}")[0])
             if n == 0:
                 raise InputError(_no_records(src), where=where)
-            numbered = f"SELECT rowid::BIGINT AS {ident(ROW)}, * FROM "
+            replace = ", ".join(f"CAST({ident(c)} AS {t}) AS {ident(c)}" for c, t in casts.items())
+            numbered = f"SELECT rowid::BIGINT AS {ident(ROW)}, *{f' REPLACE ({replace})' if casts else ''} FROM "
             data_hash = self._hash_stored(raw, numbered + ident(raw))
             name = f"t_{data_hash[:24]}"
             if self.artifact(name) is not None:
@@ -814,10 +824,16 @@ class Store:
         finally:
             self.con.execute(f"DROP TABLE IF EXISTS {ident(raw)}")
 
-    def _read_into(self, src: SourceSpec, name: str) -> None:
-        """``CREATE TABLE name`` from a source file, errors naming the source. CSV column types
-        are sniffed on the whole file: sniffed on a sample, a later value that does not fit
-        could be changed silently (DuckDB reads ``12.5`` in a column sniffed as integers as 13)."""
+    def _read_into(self, src: SourceSpec, name: str) -> dict[str, str]:
+        """``CREATE TABLE name`` from a source file, errors naming the source; returns the
+        columns the source's view must cast (name -> SQL type).
+
+        CSV column types are sniffed by DuckDB on a sample, which alone would be unsafe: a
+        later value that does not fit can be changed silently (DuckDB reads ``12.5`` in a column
+        sniffed as integers as 13). So a column sniffed as integers is read as DOUBLE (exact for
+        integers below 2^53, and any decimal is read as written) and cast back to BIGINT in the
+        view only if every value is a whole number below 2^53; a later value that fits no sniffed
+        type fails the read, which is then redone with types sniffed on the whole file."""
         where = f"source {src.name!r}"
         if src.format == "duckdb":
             # another DuckDB file: read through a sandboxed connection (a view in it must not read
@@ -840,16 +856,57 @@ class Store:
                     self.con.unregister("_af_incoming")
             finally:
                 con.close()
-            return
+            return {}
         _check_source_file(src)
-        sql, params = _read_expr(src, whole=True)
+        casts: dict[str, str] = {}
         try:
-            self.con.execute(f"CREATE TABLE {ident(name)} AS {sql}", params)
+            if src.format == "csv":
+                casts = self._read_csv_sampled(src, name)
+            if not casts and not self._exists(name):
+                sql, params = _read_expr(src, whole=True)
+                self.con.execute(f"CREATE TABLE {ident(name)} AS {sql}", params)
             _check_header(self.con, src, self._column_names(name))
         except duckdb.Error as exc:
             if isinstance(exc, (duckdb.OutOfMemoryException,)):
                 raise
             raise InputError(f"cannot read {src.path}: {_duck_message(exc)}", where=where) from None
+        return casts
+
+    def _exists(self, name: str) -> bool:
+        return self._one("SELECT count(*) FROM information_schema.tables WHERE table_name = ? "
+                         "AND table_catalog = current_database()", [name])[0] > 0
+
+    def _read_csv_sampled(self, src: SourceSpec, name: str) -> dict[str, str]:
+        """The fast CSV read of :meth:`_read_into` (types sniffed on DuckDB's sample, integer
+        columns read as DOUBLE): the casts the view needs. Leaves no table where the whole file
+        must be sniffed instead: a value past the sample fits no sniffed type, or an integer
+        column holds whole numbers of 2^53 or more (a column holding a fraction stays DOUBLE, as the
+        whole-file sniff would type it)."""
+        sql, params = _read_expr(src, whole=False)
+        sniffed = self.con.execute(f"DESCRIBE {sql}", params).fetchall()
+        given = set(map(str, (src.options.get("types") or {})))
+        wide = {c: "DOUBLE" for c, t, *_ in sniffed if t in _INTEGER_TYPES and c not in given}
+        sql, params = _read_expr(src, whole=False, types=wide)
+        try:
+            self.con.execute(f"CREATE TABLE {ident(name)} AS {sql}", params)
+        except (duckdb.ConversionException, duckdb.InvalidInputException):
+            self.con.execute(f"DROP TABLE IF EXISTS {ident(name)}")
+            return {}
+        if not wide:
+            return {}
+        checks = ", ".join(f"bool_and({ident(c)} IS NULL OR {ident(c)} = trunc({ident(c)})), "
+                           f"coalesce(max(abs({ident(c)})), 0) < 9007199254740992" for c in wide)
+        got = self._one(f"SELECT {checks} FROM {ident(name)}")
+        casts = {}
+        for i, c in enumerate(wide):
+            whole_numbers, exact = got[2 * i] is not False, bool(got[2 * i + 1])
+            if whole_numbers and not exact:   # integers a DOUBLE cannot hold: sniff the whole file
+                self.con.execute(f"DROP TABLE IF EXISTS {ident(name)}")
+                return {}
+            if whole_numbers:
+                casts[c] = "BIGINT"
+        return casts
+
 
     def view(self, name: str, table: str) -> None:
         """Point the convenience view ``steps."<workflow>.<step>"`` at a step's latest output."""

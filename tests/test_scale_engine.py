@@ -244,3 +244,23 @@ def test_duckdb_draws_no_progress_bar_into_the_output(tmp_path):
             con.execute("SET enable_external_access = true")
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("late, typ, value", [
+    ("12.5", "double", 12.5),                        # a fraction: the column is DOUBLE
+    ("12", "int64", 12),                             # whole numbers: BIGINT, as sniffed
+    ("9007199254740993", "int64", 9007199254740993),  # beyond 2^53: read again, exactly
+    ("twelve", "string", "twelve"),                  # text: read again as text
+])
+def test_a_late_value_keeps_its_exact_value_and_the_whole_files_type(cli, tmp_path, late, typ, value):
+    n = 30_000
+    (tmp_path / "d.csv").write_text("a,b\n" + "".join(f"{i},x{i % 7}\n" for i in range(n)) + f"{late},x\n")
+    wf = write(tmp_path / "wf.yaml", """
+        sources: {d: d.csv}
+        steps:
+          t: {uses: typing, input: d, with: {quasi: {b: nominal}, insensitive: [a]}}
+        """)
+    out = run_json(cli, wf, "--db", tmp_path / "s.duckdb")
+    with Store(tmp_path / "s.duckdb", read_only=True) as store:
+        col = store.get(store.step_in_run(out["run_id"], "d")["output_table"]).column("a")
+    assert str(col.type) == typ and col[n].as_py() == value and col[n - 1].as_py() in (n - 1, str(n - 1))
