@@ -256,7 +256,6 @@ class TypingStep(Builtin):
             if roles.get(c, ("insensitive",))[0] in ("quasi", "sensitive", "label"):
                 _check_missing_spellings(vals, c, missing.get(c, (None,))[0], params["not_missing"], where)
         conditions: list[str] = []   # SQL: the records to drop
-        cond_params: list[Any] = []
         exprs = {c: f"t.{ident(c)}" for c in keep}   # each output column, in SQL over the records
         changes = False
         policy = params["missing"]
@@ -271,10 +270,9 @@ class TypingStep(Builtin):
                 raise InputError(f"column {c!r} has {n} missing value(s), the first in record {first + 1}; {fix}",
                                  where=where)
             for c, (mask, _) in missing.items():
-                cond, cparams = values[c].missing_sql(f"t.{ident(c)}", mask)
+                cond = values[c].missing_sql(f"t.{ident(c)}", mask)
                 if policy == "drop":
                     conditions.append(cond)
-                    cond_params += cparams
                 else:  # category
                     if not _is_text(values[c].type):
                         raise InputError(f"column {c!r} is numeric: missing values cannot be a category; "
@@ -288,8 +286,7 @@ class TypingStep(Builtin):
         records = source
         if conditions:
             # the records kept, as a view: every later check sees only them
-            records = ctx.relation(f"SELECT * FROM t WHERE NOT ({_inline(' OR '.join(conditions), cond_params)})",
-                                   t=source)
+            records = ctx.relation(f"SELECT * FROM t WHERE NOT ({' OR '.join(conditions)})", t=source)
             summary["records_dropped_missing"] = n_in - records.num_rows
             ctx.note(f"dropped {summary['records_dropped_missing']} record(s) with missing values "
                      f"({', '.join(f'{c}: {n}' for c, n in summary['missing_by_column'].items())})")
@@ -300,8 +297,8 @@ class TypingStep(Builtin):
             vals = values[c]
             if policy == "category" and c in missing:
                 mask, _ = missing[c]
-                cond, cparams = vals.missing_sql(f"t.{ident(c)}", mask)
-                exprs[c] = f"CASE WHEN {_inline(cond, cparams)} THEN {_literal(MISSING_CATEGORY)} ELSE t.{ident(c)} END"
+                cond = vals.missing_sql(f"t.{ident(c)}", mask)
+                exprs[c] = f"CASE WHEN {cond} THEN {_literal(MISSING_CATEGORY)} ELSE t.{ident(c)} END"
                 vals = vals.with_category(mask, MISSING_CATEGORY)
                 changes = True
             declared = spec.get("type")
@@ -338,7 +335,7 @@ class TypingStep(Builtin):
         summary["records_out"] = records.num_rows
         summary["typing"] = {a.name: f"{a.role}:{a.type}" if a.type else a.role for a in attributes}
         select = ", ".join([f"t.{ident(ROW)}"] + [f"{e} AS {ident(c)}" for c, e in exprs.items()])
-        where_sql = f" WHERE NOT ({_inline(' OR '.join(conditions), cond_params)})" if conditions else ""
+        where_sql = f" WHERE NOT ({' OR '.join(conditions)})" if conditions else ""
         # no value changed: a view of the source's records; else DuckDB writes the typed table
         out = ctx.derive(f"SELECT {select} FROM t{where_sql}", t=source, view=not changes)
         return out.replace(typing=Typing(tuple(attributes), policy)), summary
@@ -355,16 +352,6 @@ def _literal(value: Any) -> str:
     if isinstance(value, (int, float)) and math.isfinite(value):
         return repr(value)
     raise ValueError(f"cannot write {value!r} as an SQL literal")
-
-
-def _inline(sql: str, params: Sequence[Any]) -> str:
-    """``sql`` with its ``?`` parameters written as literals (for a view, which keeps no
-    parameters); the SQL here is anonflow's own, with ``?`` only as placeholders."""
-    parts = sql.split("?")
-    if len(parts) != len(params) + 1:
-        raise ValueError("parameter count does not match")
-    return "".join(p + (_literal(v) if i < len(params) else "") for i, (p, v) in
-                   enumerate(zip(parts, [*params, None])))
 
 
 @dataclass
@@ -405,18 +392,17 @@ class _Values:
             mask = pc.or_(mask, pc.fill_null(pc.is_nan(col), False))
         return mask
 
-    def missing_sql(self, expr: str, mask: pa.Array) -> tuple[str, list[Any]]:
-        """An SQL condition (and its parameters) true for the records whose value is missing."""
+    def missing_sql(self, expr: str, mask: pa.Array) -> str:
+        """An SQL condition true for the records whose value is missing; the missing spellings
+        found in the data are written as quoted literals (a view keeps no parameters)."""
         parts = [f"{expr} IS NULL"]
-        params: list[Any] = []
         if _is_text(self.type):
             listed = [x for x in pc.filter(self.v, mask).to_pylist() if x is not None]
             if listed:
-                parts.append(f"{expr} IN ({', '.join('?' * len(listed))})")
-                params += listed
+                parts.append(f"{expr} IN ({', '.join(_literal(x) for x in listed)})")
         elif pa.types.is_floating(self.type):
             parts.append(f"isnan({expr})")
-        return "(" + " OR ".join(parts) + ")", params
+        return "(" + " OR ".join(parts) + ")"
 
     def with_category(self, mask: pa.Array, category: str) -> "_Values":
         return _Values(pc.if_else(mask, pa.scalar(category), self.v), self.n, self.first)

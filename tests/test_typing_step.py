@@ -3,7 +3,7 @@
 import pyarrow as pa
 import pytest
 
-from anonflow.builtins import TypingStep
+from anonflow.builtins import MISSING_CATEGORY, TypingStep
 from anonflow.errors import InputError, WorkflowError
 from anonflow.params import validate_params
 from anonflow.testing import make_context
@@ -107,3 +107,21 @@ def test_bad_semantic_and_grading_declarations(tmp_path, given, fragment):
     with pytest.raises(WorkflowError) as info:
         STEP.check_params(given, None, "w", tmp_path)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("policy", ["drop", "category"])
+def test_missing_values_are_written_into_sql_safely_whatever_the_names_and_spellings(policy):
+    """The typed records are a view (drop) or a table (category) written in SQL from the data's
+    own missing spellings: a column named with a '?' or a quote, and spellings holding quotes,
+    a question mark or SQL, keep their meaning."""
+    odd = "it's'); DROP TABLE x; --"
+    cols = {"a?b": ["x", "?", "y", odd, "x", "z"], "c'd": ["u", "v", "", "u", "w", "u"]}
+    typed, summary = run(cols, quasi=["a?b", "c'd"], missing=policy, missing_values=["?", odd])
+    got = typed.select(["_row", "a?b", "c'd"]).to_pylist()
+    if policy == "drop":
+        assert summary["records_dropped_missing"] == 3
+        assert got == [{"_row": 0, "a?b": "x", "c'd": "u"}, {"_row": 4, "a?b": "x", "c'd": "w"},
+                       {"_row": 5, "a?b": "z", "c'd": "u"}]
+    else:
+        assert [r["a?b"] for r in got] == ["x", MISSING_CATEGORY, "y", MISSING_CATEGORY, "x", "z"]
+        assert [r["c'd"] for r in got] == ["u", "v", MISSING_CATEGORY, "u", "w", "u"]
