@@ -407,9 +407,6 @@ class _Values:
     def with_category(self, mask: pa.Array, category: str) -> "_Values":
         return _Values(pc.if_else(mask, pa.scalar(category), self.v), self.n, self.first)
 
-    def records(self, mask: Any) -> int:
-        return int(self.n[np.asarray(mask, dtype=bool)].sum())
-
 
 #: first characters that make a spreadsheet read a cell as a formula (OWASP's list)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

@@ -91,7 +91,8 @@ class TypedTable:
         if self._data is not None:
             return self._data.schema
         if self.stored.schema is None:  # type: ignore[union-attr]
-            return self.stored.fetch(None).slice(0, 0).schema  # type: ignore[union-attr]
+            self._data = self.stored.fetch(None)  # type: ignore[union-attr]
+            return self._data.schema
         return self.stored.schema  # type: ignore[union-attr]
 
     @property

@@ -264,3 +264,19 @@ def test_a_late_value_keeps_its_exact_value_and_the_whole_files_type(cli, tmp_pa
     with Store(tmp_path / "s.duckdb", read_only=True) as store:
         col = store.get(store.step_in_run(out["run_id"], "d")["output_table"]).column("a")
     assert str(col.type) == typ and col[n].as_py() == value and col[n - 1].as_py() in (n - 1, str(n - 1))
+
+
+def test_scratch_left_by_a_killed_process_is_dropped_when_the_store_next_opens(tmp_path):
+    """A step's output is written to a scratch table, then renamed to its address; a process
+    killed in between leaves the scratch table (and a view over it) behind, and the next
+    writer removes them, leaving every artifact in place."""
+    data = pa.table({"_row": pa.array([0, 1], pa.int64()), "x": [1.0, 2.0]})
+    with Store(tmp_path / "s.duckdb") as store:
+        art = store.put(TypedTable(data))
+        store.con.execute("CREATE TABLE af_scratch_dead AS SELECT * FROM range(5)")
+        store.con.execute("CREATE VIEW af_scratch_deadview AS SELECT * FROM af_scratch_dead")
+    with Store(tmp_path / "s.duckdb") as store:
+        left = store.con.execute("SELECT table_name FROM information_schema.tables "
+                                 "WHERE starts_with(table_name, 'af_scratch_')").fetchall()
+        assert left == []
+        assert store.get(art.table).column("x").to_pylist() == [1.0, 2.0]
