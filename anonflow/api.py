@@ -111,6 +111,28 @@ class Algorithm(Plugin):
         """
         return {}
 
+    #: whether the algorithm may run once per fragment of a partitioned table (its output on
+    #: each group of fragments, merged, is an output it could give): true for clustering and
+    #: microaggregation; false for a search whose promise is global (the lattice's optimal
+    #: full-domain generalization), which then runs on the whole table unless it
+    #: :meth:`summarizes` the fragments.
+    per_fragment: ClassVar[bool] = True
+
+    def summarizes(self, params: Mapping[str, Any]) -> bool:
+        """Whether a step fed by a partitioned table (the ``partition`` step) computes
+        :meth:`summarize` on each fragment where it lies and runs once on the whole table with
+        the sum (``ctx.summary``), instead of running once per fragment. The default: no -- the
+        algorithm runs on each fragment (or group of fragments) on its own, the class ids are
+        made global and the claims are checked on the merged output."""
+        return False
+
+    def summarize(self, table: TypedTable, params: Mapping[str, Any], ctx: "StepContext") -> pa.Table:
+        """One fragment's summary, for an algorithm whose :meth:`summarizes` is true: an Arrow
+        table of distinct keys with a count column ``_af_n`` (BIGINT). The engine adds the
+        counts of equal keys over all fragments (in DuckDB) and hands the sum, ordered by every
+        column, to :meth:`run` as ``ctx.summary``; it must equal the summary of the whole table."""
+        raise NotImplementedError
+
     def describe_plan(self, params: Mapping[str, Any], table: TypedTable) -> list[str]:
         """Lines ``anonflow plan`` prints under the step: what the run will face, worked out
         from the step's (first) input table without running the algorithm — e.g. the size of
@@ -392,6 +414,9 @@ class StepContext:
     #: the algorithm suppressed (the metrics see only the published ones and their originals;
     #: a metric may count the suppressed ones, e.g. as fully lost).
     suppressed: int = 0
+    #: for an algorithm that :meth:`~Algorithm.summarizes` a partitioned table: the sum of its
+    #: fragments' summaries (an Arrow table), else None
+    summary: Any = None
     #: the :class:`anonflow.outputs.OutputGuard` the runner sets: which paths may be written
     output_guard: Any = None
 

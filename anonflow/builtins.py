@@ -33,7 +33,7 @@ from .errors import InputError, RunError, WorkflowError
 from .grading import Grading, check_grading_against, load_grading
 from .hierarchy import Hierarchy
 from .params import Param, ParamError, suggest, validate_params
-from .schema import CLASS, ROW, TYPES, Attribute, Typing
+from .schema import CLASS, FRAGMENT, ROW, TYPES, Attribute, Typing
 from .store import ident
 from .table import TypedTable
 
@@ -947,20 +947,28 @@ def for_publication(table: TypedTable, keep_row: bool = False, ctx: StepContext 
     stays in the store: the ordering is a view the publisher reads (or copies) from."""
     cols = table.columns
     if not table.loaded and ctx is not None and ctx.relation is not None:
-        keys = ([CLASS] if CLASS in cols else []) + [c for c in cols if c not in (CLASS, ROW)]
+        keys = ([CLASS] if CLASS in cols else []) + [c for c in cols if c not in (CLASS, ROW, FRAGMENT)]
         nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
         order = ", ".join(f"{ident(k)} ASC NULLS LAST" for k in [*keys, ROW] if k not in nested)
-        shown = ", ".join(ident(c) for c in cols if keep_row or c != ROW)
+        shown = ", ".join(ident(c) for c in cols if (keep_row or c != ROW) and c != FRAGMENT)
         view = ctx.relation(f"SELECT {shown} FROM t ORDER BY {order}", rows=table.num_rows, t=table)
         return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=view.stored)
     data = table.data
-    keys = ([CLASS] if CLASS in data.column_names else []) + [c for c in data.column_names if c not in (CLASS, ROW)]
+    keys = ([CLASS] if CLASS in data.column_names else []) + [c for c in data.column_names
+                                                              if c not in (CLASS, ROW, FRAGMENT)]
     sortable = [k for k in keys if not pa.types.is_nested(data.column(k).type)] + [ROW]
     data = data.sort_by([(k, "ascending") for k in sortable])
     if not keep_row:
         data = data.drop_columns([ROW])
+    if FRAGMENT in data.column_names:  # the engine's, not the data's
+        data = data.drop_columns([FRAGMENT])
     return table.replace(data=data)
 
 
 BUILTINS: dict[str, Builtin] = {b.uses: b for b in (TypingStep(), FilterStep(), SampleStep(), HierarchyStep(),
                                                      EvaluateStep(), PublishStep())}
+
+# the partition step lives with the fragment grouping it serves (anonflow/fragments.py)
+from .fragments import PartitionStep  # noqa: E402
+
+BUILTINS[PartitionStep.uses] = PartitionStep()

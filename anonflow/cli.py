@@ -154,21 +154,33 @@ class _Progress:
               help="DuckDB's threads; overrides resources.threads.")
 @click.option("--temp-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder DuckDB spills to (anonflow makes an owner-only folder inside, removed at the end).")
+@click.option("--executor", default=None, metavar="local|processes:N|dask[:N|:ADDRESS]",
+              help="Where the fragments of a partitioned table run: in this process (local), N worker processes, "
+                   "a Dask LocalCluster of N workers, or the Dask scheduler at ADDRESS (tcp://host:port); "
+                   "overrides the workflow's executor.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder the fragments travel through (the workers must see it; default: inside the output folder).")
 @_guard
 def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], out_dir: Path | None,
-        as_json: bool, no_cache: bool, memory: str | None, threads: int | None, temp_dir: Path | None) -> None:
+        as_json: bool, no_cache: bool, memory: str | None, threads: int | None, temp_dir: Path | None,
+        executor: str | None, work_dir: Path | None) -> None:
     """Validate and run a workflow file."""
+    from .executors import ExecutorSpec, parse_executor
     from .runner import Runner
     from .spec import Resources, check_memory
 
     spec = load_workflow(workflow, overrides, seed)
     resources = Resources(check_memory(memory, "--memory") if memory is not None else None, threads,
                           temp_dir.resolve() if temp_dir is not None else None)
+    chosen = parse_executor(executor, "--executor") if executor is not None else None
+    if work_dir is not None:
+        base = chosen or spec.executor
+        chosen = ExecutorSpec(base.kind, base.workers, base.address, str(work_dir.resolve()))
     registry = get_registry()
     plan = build_plan(spec, registry)
     with Store(db) as store:
         reporter = _Progress(enabled=sys.stderr.isatty() and not as_json)
-        result = Runner(store, registry, reporter, resources=resources).run(
+        result = Runner(store, registry, reporter, resources=resources, executor=chosen).run(
             spec, use_cache=not no_cache, output_dir=out_dir, plan=plan)
     if as_json:
         _echo_json(result.to_json())

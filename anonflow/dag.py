@@ -9,6 +9,7 @@ parameters, and columns that do not exist in the source.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -18,7 +19,7 @@ from .builtins import BUILTINS, StaticInput
 from .errors import AnonflowError, InputError, WorkflowError
 from .params import ParamError, suggest, validate_params
 from .plugins import Registered, Registry
-from .schema import CLASS, ROW
+from .schema import CLASS, FRAGMENT, ROW
 from .spec import SourceSpec, WorkflowSpec
 from .store import describe_source
 
@@ -153,8 +154,29 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             b = BUILTINS[node.uses]
             node.params = b.check_params(given, registry, where, spec.base_dir)
             node.columns = b.validate(node.params, static, registry, where)
-            node.typed = node.kind in ("typing", "hierarchy") or (node.kind in ("filter", "sample") and static[0].typed)
+            node.typed = node.kind in ("typing", "hierarchy") or \
+                (node.kind in ("filter", "sample", "partition") and static[0].typed)
     return Plan(spec=spec, graph=graph, order=order, nodes=nodes)
+
+
+def fragment_plan(algo: Any, params: dict[str, Any], table: Any, registry: Registry, store: Any) -> list[str]:
+    """What ``anonflow plan`` says of an algorithm fed by a partitioned table: how it will
+    run on the fragments, and which fragments it merges with neighbours first."""
+    from .api import StepContext
+    from .fragments import describe_sizes, fragment_groups
+
+    if algo.summarizes(params):
+        return [f"{algo.name}: each fragment's summary is computed where it lies and summed; then one run on "
+                "the whole table"]
+    if not algo.per_fragment:
+        return [f"{algo.name} does not run per fragment: it runs on the whole table"]
+    ctx = StepContext(step="plan", seed=0, rng=None, workflow_dir=Path("."), output_dir=Path("."),  # type: ignore
+                      sql=lambda q, p=None, **t: store.sql(q, p, **t))
+    grouping = fragment_groups(algo, params, table, registry, ctx)
+    import numpy as np
+
+    return [f"{algo.name} runs once per fragment group: {len(grouping.groups)} group(s) of "
+            f"{describe_sizes(np.asarray(grouping.sizes))} records", *grouping.notes]
 
 
 def _describe(spec: WorkflowSpec, src: SourceSpec) -> list[tuple[str, str]]:
@@ -166,7 +188,7 @@ def _describe(spec: WorkflowSpec, src: SourceSpec) -> list[tuple[str, str]]:
 
 #: step kinds that only prepare data: ``anonflow plan`` runs them (in memory) to show what the
 #: algorithms will face.
-PREPARATION = ("source", "typing", "filter", "sample", "hierarchy")
+PREPARATION = ("source", "typing", "filter", "sample", "hierarchy", "partition")
 
 
 def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
@@ -214,6 +236,10 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
             elif node.kind == "hierarchy":
                 summary = tables[name]["summary"] or {}
                 out[name] = {"hierarchies": summary.get("hierarchies", {}), "notes": summary.get("notes", [])}
+            elif node.kind == "partition":
+                summary = dict(tables[name]["summary"] or {})
+                out[name] = {"fragments": {k: summary.get(k) for k in ("fragments", "sizes", "cuts")},
+                             "notes": summary.get("notes", [])}
         for name in algorithms:
             node = plan.nodes[name]
             where = plan.spec.where(f"step {name!r}")
@@ -222,6 +248,8 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
             try:
                 algo.check(node.params, table=inputs[0])
                 notes = [str(line) for line in algo.describe_plan(node.params, inputs[0])]
+                if FRAGMENT in inputs[0].columns:
+                    notes += fragment_plan(algo, node.params, inputs[0], registry, scratch)
             except AnonflowError as exc:
                 raise type(exc)(exc.message, where=exc.where or where) from None
             out[name] = {"notes": notes}
@@ -235,7 +263,7 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
 
 #: steps that keep the typing of their (first) input: a metric's check may read the typing
 #: of the table that goes into them in place of their output, which does not exist at plan time.
-KEEPS_TYPING = ("algorithm", "filter", "sample")
+KEEPS_TYPING = ("algorithm", "filter", "sample", "partition")
 
 
 def _check_metrics(plan: Plan, registry: Registry, name: str, ready: list[str], load) -> None:

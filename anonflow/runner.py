@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import __version__
@@ -22,12 +23,15 @@ from .dag import Node, Plan, build_plan
 from .errors import AnonflowError, InputError, PluginError, RunError
 from .lineage import canonical_json
 from .plugins import Registry, get_registry
-from .schema import CLASS, ROW
+from .executors import (Executor, ExecutorSpec, FragmentResult, FragmentTask, WorkFolder, run_all,
+                        start_executor)
+from .fragments import describe_sizes, fragment_groups, merge_neighbours
+from .schema import CLASS, FRAGMENT, ROW
 from .spec import Resources, WorkflowSpec
 from .store import SCHEMA_VERSION, Artifact, OutOfMemory, Store, ident
 from .outputs import inside
 from .params import ParamError, validate_params
-from .table import TypedTable
+from .table import ColumnDomain, TypedTable
 
 if TYPE_CHECKING:
     from .outputs import OutputGuard
@@ -234,13 +238,45 @@ def output_params(params: dict[str, Any], publisher: Any) -> list[tuple[str, str
     return [(by_value.get(f, names[0] if names else "path"), f) for f in files]
 
 
+#: distinct notes of fragment groups copied into a partitioned step's notes
+NOTES_SHOWN = 3
+
+
+def _merged_claims(claims: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """What every fragment group claims: a model all of them claim with the same parameters,
+    or differing only in a size bound (``k``, ``l``, ``p``: the least holds for all)."""
+    out: dict[str, dict[str, Any]] = {}
+    for model in claims[0]:
+        given = [c.get(model) for c in claims]
+        if any(g is None or set(g) != set(given[0]) for g in given):
+            continue
+        merged: dict[str, Any] = {}
+        for key in given[0]:
+            values = [g[key] for g in given]
+            if all(v == values[0] for v in values):
+                merged[key] = values[0]
+            elif key in ("k", "l", "p") and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                merged[key] = min(values)
+            else:
+                break
+        else:
+            out[model] = merged
+    return out
+
+
 class Runner:
     def __init__(self, store: Store, registry: Registry | None = None, reporter: Reporter | None = None,
-                 history: list[dict[str, Any]] | None = None, resources: Resources | None = None) -> None:
+                 history: list[dict[str, Any]] | None = None, resources: Resources | None = None,
+                 executor: ExecutorSpec | None = None) -> None:
         """``history`` stands in for the store's earlier runs of the workflow in
         ``ctx.run_info().history()`` (``anonflow verify --rerun`` hands over what the
-        original run saw); ``resources`` (the CLI's flags) override the workflow's."""
+        original run saw); ``resources`` and ``executor`` (the CLI's flags) override the
+        workflow's."""
         self.resources = resources or Resources()
+        self.executor_override = executor
+        self.executor_spec = ExecutorSpec()
+        self._executor: Executor | None = None
+        self._out_dir = Path(".")
         self.store = store
         self.registry = registry or get_registry()
         self.reporter = reporter or Reporter()
@@ -254,6 +290,11 @@ class Runner:
         self.store.configure(spec.resources.merged(self.resources))
         out_dir = default_output_dir(spec, output_dir)
         guard = check_outputs(plan, out_dir, self.store, self.registry)
+        self._out_dir = out_dir
+        self.executor_spec = spec.executor.merged(self.executor_override)
+        if self.executor_spec.address and any(plan.nodes[n].kind == "partition" for n in plan.order):
+            # a scheduler that cannot be reached fails the run before anything runs
+            self._executor = start_executor(self.executor_spec, where=spec.where("executor"))
         run_id = self.store.begin_run(workflow=spec.name, path=str(spec.path), text=spec.text,
                                       text_hash=spec.text_hash, seed=spec.seed,
                                       overrides=[list(o) for o in spec.overrides], versions=versions(self.registry))
@@ -291,6 +332,8 @@ class Runner:
             self.store.finish_run(run_id, "failed", str(exc))
             exc.run_id = run_id  # type: ignore[attr-defined]
             raise exc
+        finally:
+            self._close_executor()
         self.store.finish_run(run_id, "succeeded")
         result.status = "succeeded"
         result.metrics = self.store.metrics(run_id)
@@ -341,7 +384,7 @@ class Runner:
         parents = [a.table for a in inputs]
         extra_edges: list[tuple[str, str]] = []
 
-        if use_cache and node.kind in ("typing", "filter", "sample", "hierarchy", "algorithm", "evaluate"):
+        if use_cache and node.kind in ("typing", "filter", "sample", "partition", "hierarchy", "algorithm", "evaluate"):
             cached = self.store.cached_step(fingerprint)
             if cached is not None:
                 rec.update(status="cached", cached_from=cached["run_id"], output_table=cached["output_table"],
@@ -387,7 +430,7 @@ class Runner:
             if node.kind == "typing":
                 typed, summary = BUILTINS["typing"].run(tables[0], node.params, ctx, where)
                 self._store_output(node, typed, rec, run_id)
-            elif node.kind in ("filter", "sample"):
+            elif node.kind in ("filter", "sample", "partition"):
                 typed, summary = BUILTINS[node.kind].run(tables[0], node.params, ctx, where)
                 self._store_output(node, typed, rec, run_id)
             elif node.kind == "hierarchy":
@@ -469,11 +512,16 @@ class Runner:
                 table = table.replace(data=table.data.drop_columns([CLASS]))
             table = table.replace(claims={})
             ctx.inputs = [table, *ctx.inputs[1:]]
-        algo.check(node.params, table=table)
-        out = algo.run(table, node.params, ctx)
+        if FRAGMENT in table.columns:
+            out = self._run_fragments(node, table, ctx, where)
+        else:
+            algo.check(node.params, table=table)
+            out = algo.run(table, node.params, ctx)
         if not isinstance(out, TypedTable):
             raise RunError(f"algorithm {node.uses!r} returned {type(out).__name__}, expected a TypedTable", where=where)
         # never silently drop (or invent) records: the output must hold exactly the input's records
+        if FRAGMENT in out.columns:
+            raise RunError(f"algorithm {node.uses!r} returned the {FRAGMENT} column; it is the engine's", where=where)
         if out.num_rows != table.num_rows or ROW not in out.columns or not self.store.same_rows(out, table):
             raise RunError(f"algorithm {node.uses!r} returned {out.num_rows} records for {table.num_rows} input "
                            "records (or changed their _row ids); every record must be accounted for", where=where)
@@ -501,6 +549,190 @@ class Runner:
                 typing=out.typing, claims=out.claims, hierarchies=out.hierarchies)
             self.store.discard(out)
         return self._check_claims(node, published, ctx, where), suppressed
+
+    # -- partitioned tables ----------------------------------------------------------------
+
+    def _executor_for(self, where: str) -> Executor:
+        if self._executor is None:
+            self._executor = start_executor(self.executor_spec, where=where)
+        return self._executor
+
+    def _close_executor(self) -> None:
+        if self._executor is not None:
+            try:
+                self._executor.close()
+            finally:
+                self._executor = None
+
+    def _work_folder(self, node: Node) -> WorkFolder:
+        parent = Path(self.executor_spec.work_dir) if self.executor_spec.work_dir else self._out_dir
+        return WorkFolder(parent, node.name)
+
+    def _run_fragments(self, node: Node, table: TypedTable, ctx: StepContext, where: str) -> TypedTable:
+        """Run an algorithm on a partitioned table: once per group of fragments on the
+        executor (or, for an algorithm that :meth:`~anonflow.api.Algorithm.summarizes`, its
+        summary per fragment, then once on the whole table with their sum)."""
+        algo = node.plugin.obj
+        if not algo.summarizes(node.params) and not algo.per_fragment:
+            ctx.note(f"{node.uses} does not run per fragment (its result is one for the whole table): it ran on the "
+                     "whole table, here")
+            whole = self._whole(table)
+            ctx.inputs = [whole, *ctx.inputs[1:]]
+            algo.check(node.params, table=whole)
+            return algo.run(whole, node.params, ctx)
+        executor = self._executor_for(where)
+        work = self._work_folder(node)
+        t0 = time.perf_counter()
+        try:
+            self.store.copy_fragments(table, work.path / "in0")
+            if algo.summarizes(node.params):
+                return self._run_summarized(node, table, ctx, executor, work, t0)
+            for i, other in enumerate(ctx.inputs[1:], 1):
+                self.store.copy_fragments(other, work.path / f"in{i}", by=table)
+            grouping = fragment_groups(algo, node.params, table, self.registry, ctx)
+            domain = self._domain(table)
+            for line in grouping.notes:
+                ctx.note(line)
+            groups, sizes = grouping.groups, grouping.sizes
+            done: dict[tuple[int, ...], FragmentResult] = {}
+            issued = 0  # task numbers (and result files) stay unique across rounds
+            while True:
+                todo = [g for g in groups if tuple(g) not in done]
+                tasks = [self._task(node, ctx, work, g, issued + i, domain=domain) for i, g in enumerate(todo)]
+                issued += len(tasks)
+                advance = self.reporter.progress(sum(len(g) for g in todo), f"{node.name}: fragments")
+                for g, res in zip(todo, run_all(executor, tasks, advance)):
+                    done[tuple(g)] = res
+                bad = [i for i, g in enumerate(groups) if done[tuple(g)].infeasible]
+                if not bad:
+                    break
+                if len(groups) == 1:
+                    raise InputError(str(done[tuple(groups[0])].infeasible), where=where)
+                first = done[tuple(groups[bad[0]])]
+                ctx.note(f"{len(bad)} fragment group(s) failed {node.uses}'s check (fragments "
+                         f"{'+'.join(map(str, first.fragments))}: {first.infeasible}); merged with a neighbour")
+                groups, sizes = merge_neighbours(groups, sizes, bad)
+            results = [done[tuple(g)] for g in groups]
+            out = self._merge_results(node, table, results, ctx, where)
+        finally:
+            work.remove()
+        busy = sum(r.seconds for r in results)
+        ctx.note(f"{node.uses} ran on {len(results)} fragment group(s) of {describe_sizes(np.asarray(sizes))} records "
+                 f"on {self.executor_spec.describe()}: {busy:.1f} s of work in {time.perf_counter() - t0:.1f} s")
+        return out
+
+    def _domain(self, table: TypedTable) -> dict[str, ColumnDomain]:
+        """The quasi-identifiers over the whole table, for its fragments (``TypedTable.domain``):
+        a numeric column's range, mean and population deviation, a categorical one's sorted
+        distinct values -- computed by DuckDB (one thread: the sums are the same every time)."""
+        out: dict[str, ColumnDomain] = {}
+        for c in table.typing.quasi:
+            if c not in table.columns:
+                continue
+            q = ident(c)
+            typ = table.schema.field(c).type
+            numeric = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
+            if table.typing.get(c).type == "continuous" and numeric:
+                row = self.store.sql(f"SELECT min({q})::DOUBLE, max({q})::DOUBLE, avg({q}::DOUBLE), "
+                                     f"stddev_pop({q}::DOUBLE) FROM t", t=table).to_pylist()[0]
+                lo, hi, mean, std = row.values()
+                out[c] = ColumnDomain(lo=lo, hi=hi, mean=mean, std=std)
+            else:
+                values = self.store.sql(f"SELECT DISTINCT {q} AS v FROM t WHERE {q} IS NOT NULL", t=table).column(0)
+                values = values.combine_chunks()
+                if pa.types.is_dictionary(values.type):
+                    values = values.dictionary_decode()
+                out[c] = ColumnDomain(values=values.take(pc.array_sort_indices(values)))
+        return out
+
+    def _task(self, node: Node, ctx: StepContext, work: WorkFolder, group: list[int], index: int,
+              mode: str = "run", domain: dict[str, ColumnDomain] | None = None) -> FragmentTask:
+        inputs = []
+        for i, t in enumerate(ctx.inputs if mode == "run" else ctx.inputs[:1]):
+            files = [f for frag in group for f in work.files(i, frag)]
+            inputs.append({"files": files, "typing": t.typing, "claims": t.claims, "hierarchies": t.hierarchies,
+                           "domain": (domain or {}) if i == 0 else {}})
+        return FragmentTask(step=node.name, algorithm=node.uses, version=node.version, params=dict(node.params),
+                            seed=ctx.seed, fragments=list(group), inputs=inputs,
+                            out_path=work.result(index, mode),
+                            mode=mode, index=index)
+
+    def _merge_results(self, node: Node, table: TypedTable, results: list[FragmentResult], ctx: StepContext,
+                       where: str) -> TypedTable:
+        """The groups' results as one table in the store: class ids made global (each group's
+        offset by the classes before it), the columns the algorithm changed taken from the
+        results, the others from the input."""
+        first = results[0]
+        for res in results[1:]:
+            if not res.schema.equals(first.schema) or res.typing != first.typing \
+                    or {c: h.hash for c, h in res.hierarchies.items()} != \
+                    {c: h.hash for c, h in first.hierarchies.items()}:
+                raise RunError(f"algorithm {node.uses!r} gave fragments {res.fragments} another schema, typing or "
+                               f"hierarchies than fragments {first.fragments}; its results cannot be merged",
+                               where=where)
+        changed = [c for c in first.schema.names if any(c in r.columns for r in results)]
+        offsets = np.cumsum([0] + [r.classes for r in results[:-1]]).astype(np.int64)
+        flags = {f"_af_has{i}": pa.array([c in r.columns for r in results]) for i, c in enumerate(changed)}
+        o = pa.table({"_af_file": pa.array([r.path for r in results]), "_af_off": pa.array(offsets), **flags})
+        select = []
+        for c in first.schema.names:
+            q = ident(c)
+            if c == ROW:
+                select.append(f"t.{q}")
+            elif c == CLASS:
+                select.append(f"(r.{q} + o._af_off) AS {q}")
+            elif c in changed:
+                i = changed.index(c)
+                whole = all(c in r.columns for r in results)
+                select.append(f"r.{q}" if whole else f"CASE WHEN o._af_has{i} THEN r.{q} ELSE t.{q} END AS {q}")
+            else:
+                select.append(f"t.{q}")
+        out = self.store.read_results(f"SELECT {', '.join(select)} FROM t JOIN r ON t.{ident(ROW)} = r.{ident(ROW)} "
+                                      "JOIN o ON r.filename = o._af_file", [r.path for r in results], t=table, o=o)
+        claims = _merged_claims([r.claims for r in results])
+        dropped = sorted(set().union(*[set(r.claims) for r in results]) - set(claims))
+        if dropped:
+            ctx.note(f"claim(s) {', '.join(dropped)} made by some fragment groups only (or with parameters that "
+                     "cannot be combined) dropped")
+        # the groups' own notes: each distinct one once, with how many groups made it
+        notes: dict[str, list[int]] = {}
+        for res in results:
+            for line in res.notes:
+                notes.setdefault(line, []).append(res.fragments[0])
+        for line, firsts in list(notes.items())[:NOTES_SHOWN]:
+            who = "every fragment group" if len(firsts) == len(results) else \
+                f"{len(firsts)} of {len(results)} fragment groups (the first from fragment {firsts[0]})"
+            ctx.note(f"{who}: {line}")
+        if len(notes) > NOTES_SHOWN:
+            ctx.note(f"{len(notes) - NOTES_SHOWN} other distinct note(s) of fragment groups not shown")
+        return TypedTable(None, first.typing, claims, first.hierarchies, stored=out.stored)
+
+    def _whole(self, table: TypedTable) -> TypedTable:
+        """The partitioned table without its ``_fragment`` column (a view: nothing is copied)."""
+        whole = self.store.derive_table(f"SELECT * EXCLUDE ({ident(FRAGMENT)}) FROM t", view=True, t=table)
+        return whole.replace(typing=table.typing, claims=table.claims, hierarchies=table.hierarchies)
+
+    def _run_summarized(self, node: Node, table: TypedTable, ctx: StepContext, executor: Executor,
+                        work: WorkFolder, t0: float) -> TypedTable:
+        """Each fragment's summary where it lies, summed by DuckDB; then one run on the
+        whole table (without its ``_fragment`` column) with the sum as ``ctx.summary``."""
+        algo = node.plugin.obj
+        ids = [int(i) for i in self.store.sql(f"SELECT DISTINCT {ident(FRAGMENT)} FROM t ORDER BY 1",
+                                              t=table).column(0).to_pylist()]
+        tasks = [self._task(node, ctx, work, [f], i, mode="summarize") for i, f in enumerate(ids)]
+        advance = self.reporter.progress(len(tasks), f"{node.name}: fragment summaries")
+        results = run_all(executor, tasks, advance)
+        files = [r.path for r in results]
+        listed = ", ".join(f"'{f.replace(chr(39), chr(39) * 2)}'" for f in files)
+        summary = self.store.sql(f"SELECT * EXCLUDE (_af_n), sum(_af_n)::BIGINT AS _af_n FROM read_parquet([{listed}]) "
+                                 "GROUP BY ALL ORDER BY ALL NULLS LAST")
+        ctx.note(f"{node.uses}: summaries of {len(ids)} fragment(s) on {self.executor_spec.describe()} summed into "
+                 f"{summary.num_rows:,} rows in {time.perf_counter() - t0:.1f} s")
+        whole = self._whole(table)
+        ctx.inputs = [whole, *ctx.inputs[1:]]
+        ctx.summary = summary
+        algo.check(node.params, table=whole)
+        return algo.run(whole, node.params, ctx)
 
     def _check_claims(self, node: Node, published: TypedTable, ctx: StepContext, where: str) -> TypedTable:
         """Check each claimed model with the privacy metric of the same name on the published

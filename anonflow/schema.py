@@ -18,7 +18,9 @@ TYPES = ("continuous", "ordinal", "nominal", "semantic")
 ROW = "_row"
 #: Column that carries the class (group) id assigned by an algorithm.
 CLASS = "_class"
-RESERVED = (ROW, CLASS)
+#: Column that carries each record's fragment, added by the ``partition`` step.
+FRAGMENT = "_fragment"
+RESERVED = (ROW, CLASS, FRAGMENT)
 
 
 @dataclass(frozen=True)

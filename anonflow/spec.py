@@ -15,10 +15,11 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .errors import WorkflowError
+from .errors import InputError, WorkflowError
+from .executors import ExecutorSpec, executor_spec, loopback
 from .params import suggest
 
-TOP_KEYS = ("name", "description", "seed", "resources", "sources", "steps")
+TOP_KEYS = ("name", "description", "seed", "resources", "executor", "sources", "steps")
 RESOURCE_KEYS = ("memory", "threads", "temp_directory")
 #: a memory size as DuckDB takes it: a number and a unit
 MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
@@ -102,6 +103,7 @@ class WorkflowSpec:
     overrides: tuple[tuple[str, str, Any], ...] = ()
     description: str = ""
     resources: Resources = field(default_factory=Resources)
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
 
     @property
     def base_dir(self) -> Path:
@@ -303,7 +305,33 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
 
     return WorkflowSpec(name=name, seed=int(wf_seed), sources=sources, steps=steps, path=path,
                         text=text, overrides=tuple(parsed), description=str(data.get("description") or ""),
-                        resources=_resources(path, base, data.get("resources")))
+                        resources=_resources(path, base, data.get("resources")),
+                        executor=_executor(path, base, data.get("executor")))
+
+
+def _executor(path: Path, base: Path, data: Any) -> ExecutorSpec:
+    """The ``executor:`` block. A workflow file may come from someone else: it may not send the
+    data to a scheduler on another machine (only ``--executor`` may name one), nor write its
+    fragments outside the workflow's folder (only ``--work-dir`` may name any folder)."""
+    if data is None:
+        return ExecutorSpec()
+    where = f"{path}: executor"
+    try:
+        spec = executor_spec(data, where)
+    except InputError as exc:
+        raise WorkflowError(exc.message, where=where) from None
+    if spec.address is not None and not loopback(spec.address):
+        raise WorkflowError(f"a workflow file may name only a scheduler on this machine (tcp://127.0.0.1:PORT), "
+                            f"not {spec.address!r}: the records would go there; name it with --executor "
+                            f"dask:{spec.address}", where=where)
+    if spec.work_dir is not None:
+        raw = spec.work_dir
+        work = (base / raw).resolve()
+        if Path(raw).is_absolute() or not work.is_relative_to(base):
+            raise WorkflowError(f"work_dir {raw!r} lies outside the workflow's folder; give a folder inside it, or "
+                                "name any folder with --work-dir", where=where)
+        spec = ExecutorSpec(spec.kind, spec.workers, spec.address, str(work))
+    return spec
 
 
 def _resources(path: Path, base: Path, data: Any) -> Resources:

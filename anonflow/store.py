@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from .errors import InputError, StoreError, WorkflowError
 from .hierarchy import Hierarchy
-from .schema import RESERVED, ROW, Typing
+from .schema import FRAGMENT, RESERVED, ROW, Typing
 from .spec import Resources, SourceSpec
 from .table import Stored, TableHasher, TypedTable, canonical, table_hash
 
@@ -669,6 +669,31 @@ class Store:
         opts = [f"FORMAT {format}"] + [f"{k} {_copy_option(v)}" for k, v in (options or {}).items()]
         self.con.execute(f"COPY (SELECT {select} FROM {ident(table.stored.name)}) TO '{_sql_text(str(path))}' "
                          f"({', '.join(opts)})")
+
+    def copy_fragments(self, table: TypedTable, folder: Path, *, by: TypedTable | None = None) -> None:
+        """Write a table's records as Parquet files under ``folder``, one sub-folder
+        ``_af_part=F`` per fragment F: the fragment of each record is the table's own
+        ``_fragment`` column (left out of the files), or that of the record with the same
+        ``_row`` in ``by``. One pass over the table (DuckDB's partitioned ``COPY``)."""
+        frag = ident(FRAGMENT)
+        cols = ", ".join(f"x.{ident(c)}" for c in table.columns if c != FRAGMENT)
+        if by is None:
+            query = f"SELECT {cols}, x.{frag} AS _af_part FROM x"
+            tables: dict[str, Any] = {"x": table}
+        else:
+            query = (f"SELECT {cols}, f.{frag} AS _af_part FROM x JOIN (SELECT {ident(ROW)}, {frag} FROM b) f "
+                     f"ON x.{ident(ROW)} = f.{ident(ROW)}")
+            tables = {"x": table, "b": by}
+        with self._visible(tables):
+            self.con.execute(f"COPY ({query}) TO '{_sql_text(str(folder))}' (FORMAT parquet, "
+                             "PARTITION_BY (_af_part), COMPRESSION zstd)")
+
+    def read_results(self, query: str, files: list[str], **tables: Any) -> TypedTable:
+        """:meth:`derive_table` of ``query``, which reads the Parquet ``files`` (results of
+        workers) as ``r`` (with their path as ``r.filename``); records sorted by ``_row``."""
+        listed = ", ".join(f"'{_sql_text(f)}'" for f in files)
+        body = f"WITH r AS (SELECT * FROM read_parquet([{listed}], union_by_name = true, filename = true)) {query}"
+        return self.derive_table(body, ordered=False, **tables)
 
     def same_rows(self, a: TypedTable, b: TypedTable) -> bool:
         """Whether two tables hold the same ``_row`` ids (as multisets)."""

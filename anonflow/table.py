@@ -37,6 +37,19 @@ class Stored:
     schema: pa.Schema | None = field(default=None, repr=False, compare=False)
 
 
+@dataclass(frozen=True)
+class ColumnDomain:
+    """One column over the whole table a fragment was cut from (``TypedTable.domain``): the
+    least and greatest value, mean and population standard deviation of a numeric column, or
+    the sorted distinct values of a categorical one (missing values not counted)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    values: pa.Array | None = field(default=None, compare=False)
+
+
 class TypedTable:
     """A table with the typing of its columns, in memory (an Arrow table) or in the store.
 
@@ -50,7 +63,7 @@ class TypedTable:
     them); plugins that need only some columns should ask for those.
     """
 
-    __slots__ = ("_data", "typing", "claims", "hierarchies", "stored")
+    __slots__ = ("_data", "typing", "claims", "hierarchies", "stored", "domain")
 
     def __init__(self, data: pa.Table | None = None, typing: Typing | None = None,
                  claims: dict[str, dict[str, Any]] | None = None, hierarchies: dict[str, Any] | None = None,
@@ -64,6 +77,10 @@ class TypedTable:
         #: generalization hierarchies by column (:class:`anonflow.hierarchy.Hierarchy`).
         self.hierarchies = hierarchies if hierarchies is not None else {}
         self.stored = stored if data is None else None
+        #: for a fragment of a partitioned table: its quasi-identifiers over the whole table
+        #: (:class:`ColumnDomain` by column), so that an algorithm scales distances and losses
+        #: as on the whole table (:func:`anonflow.kernels.encode.encode`, z-scores); else empty
+        self.domain: dict[str, ColumnDomain] = {}
 
     def __repr__(self) -> str:
         where = f"stored {self.stored.name}" if self.stored else "in memory"
@@ -135,11 +152,13 @@ class TypedTable:
                 claims: dict | None = None, hierarchies: dict | None = None) -> "TypedTable":
         """A copy with some parts replaced; without new data it shares the records (in the
         store, if that is where they are)."""
-        return TypedTable(data if data is not None else self._data,
-                          typing if typing is not None else self.typing,
-                          claims if claims is not None else self.claims,
-                          hierarchies if hierarchies is not None else self.hierarchies,
-                          stored=None if data is not None else self.stored)
+        out = TypedTable(data if data is not None else self._data,
+                         typing if typing is not None else self.typing,
+                         claims if claims is not None else self.claims,
+                         hierarchies if hierarchies is not None else self.hierarchies,
+                         stored=None if data is not None else self.stored)
+        out.domain = self.domain
+        return out
 
 
 def canonical(table: pa.Table) -> pa.Table:

@@ -206,6 +206,21 @@ def _sorted_codes(arr: pa.Array) -> tuple[CodeArray, pa.Array]:
     return rank[indices], dictionary.take(pa.array(order))
 
 
+def _domain_codes(table: TypedTable, name: str, arr: pa.Array) -> tuple[CodeArray, pa.Array] | None:
+    """Codes into the sorted distinct values of the whole table this one is a fragment of
+    (``TypedTable.domain``), or None when it is not a fragment."""
+    dom = table.domain.get(name)
+    if dom is None or dom.values is None:
+        return None
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    values = dom.values.cast(arr.type) if dom.values.type != arr.type else dom.values
+    found = pc.index_in(arr, value_set=values)
+    if found.null_count:
+        raise InputError(f"column {name!r}: a value of the fragment is not among the whole table's values")
+    return found.to_numpy(zero_copy_only=False).astype(np.int32), values
+
+
 def _continuous(table: TypedTable, attr: Attribute) -> Continuous:
     arr = _column(table, attr.name)
     if not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type)
@@ -216,13 +231,16 @@ def _continuous(table: TypedTable, attr: Attribute) -> Continuous:
         raise InputError(f"continuous column {attr.name!r} has NaN or infinite values")
     lo = float(values.min()) if values.size else 0.0
     hi = float(values.max()) if values.size else 0.0
+    dom = table.domain.get(attr.name)
+    if dom is not None and dom.lo is not None and dom.hi is not None:  # a fragment: the whole table's scale
+        lo, hi = float(dom.lo), float(dom.hi)
     scaled = (values - lo) / (hi - lo) if hi > lo else np.zeros_like(values)
     return Continuous(attr.name, values, scaled, lo, hi)
 
 
 def _ordinal(table: TypedTable, attr: Attribute) -> Ordinal:
     arr = _column(table, attr.name)
-    codes, dictionary = _sorted_codes(arr)
+    codes, dictionary = _domain_codes(table, attr.name, arr) or _sorted_codes(arr)
     if attr.order is None:
         order_arr = dictionary
         rank_of = np.arange(len(dictionary), dtype=np.int32)
@@ -249,7 +267,8 @@ def _ordinal(table: TypedTable, attr: Attribute) -> Ordinal:
 
 
 def _nominal(table: TypedTable, attr: Attribute) -> Nominal:
-    codes, dictionary = _sorted_codes(_column(table, attr.name))
+    arr = _column(table, attr.name)
+    codes, dictionary = _domain_codes(table, attr.name, arr) or _sorted_codes(arr)
     return Nominal(attr.name, codes, dictionary)
 
 
@@ -259,7 +278,7 @@ def _semantic(table: TypedTable, attr: Attribute) -> Semantic:
         arr = arr.dictionary_decode()
     if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
         arr = arr.cast(pa.string())
-    codes, dictionary = _sorted_codes(arr)
+    codes, dictionary = _domain_codes(table, attr.name, arr) or _sorted_codes(arr)
     options = getattr(attr, "options", {}) or {}
     beta = float(options.get("beta", 1.0))
     w12 = options.get("w12", 0.0)

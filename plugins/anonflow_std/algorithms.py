@@ -73,7 +73,7 @@ class _Microaggregation(Algorithm):
         X = table.numeric(quasi)
         Z = X
         if params["standardize"]:
-            Z, constant = zscores(X, quasi)
+            Z, constant = zscores(X, quasi, table.domain)
             if constant:
                 ctx.note(f"constant column(s) {', '.join(constant)} carry no distance and were ignored for grouping")
         advance = ctx.progress(table.num_rows, self.name)
@@ -235,7 +235,7 @@ class Refine(Algorithm):
         X = original.numeric(quasi)
         Z = X
         if params["standardize"]:
-            Z, constant = zscores(X, quasi)
+            Z, constant = zscores(X, quasi, original.domain)
             if constant:
                 ctx.note(f"constant column(s) {', '.join(constant)} carry no distance and were ignored")
         result = refine_partition(Z, classes, k, ctx.rng, neighbours=params["neighbours"], rounds=params["rounds"],

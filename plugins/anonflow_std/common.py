@@ -6,7 +6,7 @@ joining the nearest class)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,10 +33,17 @@ def continuous_quasi(table: TypedTable, plugin: str) -> list[str]:
     return quasi
 
 
-def zscores(X: np.ndarray, names: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    """Standardize columns (population std); constant columns become 0 and are reported."""
+def zscores(X: np.ndarray, names: Sequence[str], domain: Mapping[str, Any] | None = None) -> tuple[np.ndarray,
+                                                                                                 list[str]]:
+    """Standardize columns (population std); constant columns become 0 and are reported.
+    ``domain`` (a fragment's ``TypedTable.domain``): the whole table's means and deviations."""
     mean = X.mean(axis=0)
     std = X.std(axis=0)
+    if domain:
+        for j, name in enumerate(names):
+            dom = domain.get(name)
+            if dom is not None and dom.mean is not None and dom.std is not None:
+                mean[j], std[j] = dom.mean, dom.std
     constant = [n for n, s in zip(names, std) if s == 0]
     safe = np.where(std == 0, 1.0, std)
     return (X - mean) / safe, constant

@@ -584,6 +584,20 @@ class Lattice(Algorithm):
 
     # -- the run ----------------------------------------------------------------------
 
+    #: one full-domain generalization of the whole table: never a node per fragment
+    per_fragment = False
+
+    def summarizes(self, params: Mapping[str, Any]) -> bool:
+        """On a partitioned table: each fragment's frequency table where it lies, summed (the
+        search needs nothing else) -- when the search runs on the frequency table at all."""
+        model, _ = self._model(params)
+        utility, _ = self._utility(params)
+        return bool(FREQUENCY and model.weighted_partitions and isinstance(utility, HierarchyLoss))
+
+    def summarize(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> pa.Table:
+        _, mparams = self._model(params)
+        return ctx.sql(_frequency_query(table, mparams, ordered=False), t=table)
+
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
         t0 = time.perf_counter()
         model, mparams = self._model(params)
@@ -593,8 +607,7 @@ class Lattice(Algorithm):
         # a built-in loss with a check that counts through the partition's counts: search the
         # frequency table (each distinct QI and sensitive combination once, with its records),
         # which DuckDB computes, instead of one row per record
-        units = _frequency_table(table, model, mparams, ctx) \
-            if FREQUENCY and model.weighted_partitions and isinstance(utility, HierarchyLoss) else None
+        units = _frequency_table(table, model, mparams, ctx) if self.summarizes(params) else None
         if units is not None:
             unit_table, weights = units
             space = Space(unit_table, quasi, weights)
@@ -814,17 +827,25 @@ class Lattice(Algorithm):
         return best, float(best_value), len(candidates)
 
 
-def _frequency_table(table: TypedTable, model: Metric, mparams: Mapping[str, Any],
-                     ctx: StepContext) -> tuple[TypedTable, np.ndarray]:
-    """The records as a frequency table: each distinct combination of the quasi-identifiers
-    and the sensitive attributes (those typed, and one the model names) once, in sorted order,
-    with its number of records (DuckDB groups them where they are stored)."""
+def _frequency_query(table: TypedTable, mparams: Mapping[str, Any], ordered: bool = True) -> str:
+    """The query of the frequency table over ``t``: the quasi-identifiers and the sensitive
+    attributes (those typed, and one the model names), with ``_af_n`` records each."""
     keep = list(table.typing.quasi) + [c for c in table.typing.sensitive if c not in table.typing.quasi]
     named = mparams.get("sensitive")
     if isinstance(named, str) and named in table.columns and named not in keep:
         keep.append(named)
     cols = ", ".join(sql_ident(c) for c in keep)
-    freq = ctx.sql(f"SELECT {cols}, count(*)::BIGINT AS _af_n FROM t GROUP BY ALL ORDER BY ALL NULLS LAST", t=table)
+    return f"SELECT {cols}, count(*)::BIGINT AS _af_n FROM t GROUP BY ALL" + (" ORDER BY ALL NULLS LAST" if ordered else "")
+
+
+def _frequency_table(table: TypedTable, model: Metric, mparams: Mapping[str, Any],
+                     ctx: StepContext) -> tuple[TypedTable, np.ndarray]:
+    """The records as a frequency table: each distinct combination of the quasi-identifiers
+    and the sensitive attributes (those typed, and one the model names) once, in sorted order,
+    with its number of records (DuckDB groups them where they are stored). On a partitioned
+    table the engine has summed the fragments' frequency tables (:meth:`Lattice.summarize`)
+    into ``ctx.summary``: the same table."""
+    freq = ctx.summary if ctx.summary is not None else ctx.sql(_frequency_query(table, mparams), t=table)
     weights = freq.column("_af_n").to_numpy()
     units = TypedTable(freq.drop_columns(["_af_n"]), table.typing, {}, table.hierarchies)
     return units, weights

@@ -1,0 +1,422 @@
+"""Cutting a typed table into fragments, and grouping fragments for an algorithm.
+
+The built-in ``partition`` step (:class:`PartitionStep`) adds a ``_fragment`` column to a typed
+table: records of each stratum (``by``) are cut recursively at the median of one
+quasi-identifier until every fragment holds at most ``max_records`` records (Mondrian-style
+fragmentation, as in the distributed Mondrian of De Capitani di Vimercati et al., and
+sdcMicro's microaggregation within strata). Each cut is computed by DuckDB where the table is
+stored; nothing but per-fragment counts and bounds comes back to Python.
+
+A cut splits a fragment at the median of the chosen column's keys: the records with a key
+below it (or at most it, whichever is more even and leaves both parts non-empty) go left, the
+rest (missing values included) right, so records with equal values stay together. The column
+cut is the one whose keys span the largest share of their range over the whole table
+(Mondrian's choice) among those the median separates, the first listed on a tie; a fragment no
+column separates (its records alike on every cut column) is halved by ``_row``. So the
+recursion always ends, and the fragments are the same on every machine. Keys: a continuous QI's value; an ordinal QI's rank in its
+declared order; a semantic QI's code as text (codes of a prefix together); a nominal QI's rank
+in its hierarchy's order (siblings next to each other) when the table has a hierarchy for it,
+else in frequency order (most frequent first, then by value). A missing value sorts last.
+
+An algorithm step fed by a partitioned table runs once per *group* of fragments
+(:func:`fragment_groups`): one fragment each, unless a fragment taken as a single class fails
+a privacy model the algorithm claims (too few records, too few distinct sensitive values...),
+in which case it is merged with a neighbouring fragment (the next or the previous in fragment
+order, the smaller of the two) until every group satisfies the models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from .api import Partition, StepContext, sql_ident
+from .builtins import Builtin
+from .errors import InputError, WorkflowError
+from .hierarchy import value_keys
+from .params import Param
+from .schema import CLASS, FRAGMENT, ROW
+from .table import TypedTable
+
+#: the default largest fragment: chosen on Adult so that every algorithm's paper metric moves by
+#: at most 2 % (relative) against an unpartitioned run (docs/results.md, "Partitioned runs")
+DEFAULT_MAX_RECORDS = 10_000
+
+
+def _q(name: str) -> str:
+    return sql_ident(name)
+
+
+class PartitionStep(Builtin):
+    uses = kind = "partition"
+    description = ("Cut a typed table into fragments (strata, then recursive median cuts on the QIs) so that each "
+                   "algorithm step fed by it runs once per fragment, in parallel on an executor.")
+    params = (
+        Param("max_records", "int", default=DEFAULT_MAX_RECORDS, min=2, nullable=True,
+              help="cut until each fragment holds at most this many records (null: strata only)"),
+        Param("by", "list", default=[], help="strata: columns whose every combination of values is a fragment "
+                                             "of its own before cutting"),
+        Param("columns", "list", default=None, nullable=True,
+              help="columns to cut on (default: the quasi-identifiers)"),
+    )
+
+    def check_params(self, given, registry, where, base_dir=None):
+        params = super().check_params(given, registry, where, base_dir)
+        for key in ("by", "columns"):
+            value = params[key]
+            if value is None:
+                continue
+            if not all(isinstance(c, str) and c for c in value):
+                raise WorkflowError(f"parameter {key!r}: expected a list of column names, got {value!r}", where=where)
+            if len(set(value)) != len(value):
+                raise WorkflowError(f"parameter {key!r} names a column twice", where=where)
+            reserved = [c for c in value if c in (ROW, CLASS, FRAGMENT)]
+            if reserved:
+                raise WorkflowError(f"parameter {key!r}: {reserved[0]!r} is anonflow's own column", where=where)
+        if params["max_records"] is None and not params["by"]:
+            raise WorkflowError("give 'max_records' or 'by' (or both): a partition needs something to cut by",
+                                where=where)
+        return params
+
+    def validate(self, params, inputs, registry, where):
+        cols = inputs[0].columns
+        if cols is not None:
+            for key in ("by", "columns"):
+                for c in params[key] or ():
+                    if c not in cols:
+                        raise WorkflowError(f"parameter {key!r}: no column {c!r} in the input "
+                                            f"(columns: {', '.join(x for x in cols if x != ROW)})", where=where)
+            if FRAGMENT in cols:
+                raise WorkflowError("the input is partitioned already; partition the typed table once",
+                                    where=where)
+        if not inputs[0].typed:
+            raise WorkflowError(f"partition needs a typed table: add a typing step before it "
+                                f"(input {inputs[0].name!r})", where=where)
+        return None if cols is None else (*cols, FRAGMENT)
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext,
+            where: str) -> tuple[TypedTable, dict[str, Any]]:
+        by = list(params["by"])
+        cut = list(params["columns"]) if params["columns"] is not None else \
+            [c for c in table.typing.quasi if c not in by]
+        for c in (*by, *cut):
+            if c not in table.columns:
+                raise InputError(f"no column {c!r} in the input", where=where)
+        if FRAGMENT in table.columns or CLASS in table.columns:
+            raise InputError(f"the input has a {FRAGMENT if FRAGMENT in table.columns else CLASS} column; "
+                             "partition the typed table, before any algorithm", where=where)
+        cut = [c for c in cut if c not in by]
+        if table.num_rows == 0:
+            raise InputError("the input has no records", where=where)
+        limit = params["max_records"]
+        keys, key_notes = _keys(table, cut, ctx)
+        for line in key_notes:
+            ctx.note(line)
+        frag = _strata(table, by, ctx)
+        levels = 0
+        if limit is not None and cut:
+            frag, levels = _cut(frag, keys, cut, limit, ctx)
+        elif limit is not None:
+            big = ctx.sql(f"SELECT max(n) FROM (SELECT count(*) AS n FROM a GROUP BY {_q(FRAGMENT)})", a=frag)
+            if int(big.column(0)[0].as_py()) > limit:
+                ctx.note("no column to cut on: fragments larger than max_records stay whole")
+        ctx.discard(keys)
+        out = ctx.derive(f"SELECT t.*, a.{_q(FRAGMENT)} FROM t POSITIONAL JOIN a", t=table, a=frag)
+        ctx.discard(frag)
+        bounds = fragment_bounds(out, by, cut, ctx)
+        sizes = bounds.column("records").to_numpy()
+        ctx.store_table and ctx.store_table("fragments", bounds)
+        summary = {"fragments": int(sizes.size), "records": int(sizes.sum()), "max_records": limit, "by": by,
+                   "columns": cut, "cuts": levels, "sizes": _size_summary(sizes)}
+        ctx.note(f"{sizes.size} fragment(s) of {describe_sizes(sizes)} records"
+                 + (f" in {len(set(map(tuple, bounds.select(by).to_pylist()))) if by else 1} strat"
+                    f"{'a' if by else 'um'}" if by else "")
+                 + (f"; cut on {', '.join(cut)} ({levels} level(s) of median cuts)" if levels else ""))
+        typed = TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored)
+        return typed, summary
+
+
+def describe_sizes(sizes: np.ndarray) -> str:
+    if sizes.size == 0:
+        return "no"
+    lo, mid, hi = int(sizes.min()), int(np.median(sizes)), int(sizes.max())
+    return f"{lo:,}" if lo == hi else f"{lo:,}..{hi:,} (median {mid:,})"
+
+
+def _size_summary(sizes: np.ndarray) -> dict[str, int]:
+    return {"min": int(sizes.min()), "median": int(np.median(sizes)), "max": int(sizes.max())}
+
+
+def _ranks(table: TypedTable, column: str, ctx: StepContext) -> tuple[pa.Table, str]:
+    """(value, rank) of every distinct non-missing value of a categorical column, and the
+    order's name: an ordinal's declared order, a semantic column's code order (as text), the
+    hierarchy's order, or frequency (most frequent first)."""
+    counts = ctx.sql(f"SELECT {_q(column)} AS v, count(*)::BIGINT AS n FROM t WHERE {_q(column)} IS NOT NULL "
+                     "GROUP BY 1", t=table)
+    values = counts.column("v")
+    texts = value_keys(values).to_pylist()
+    attr = table.typing.get(column) if column in table.typing.names() else None
+    hier = table.hierarchies.get(column)
+    if attr is not None and attr.type == "ordinal" and attr.order:
+        pos = {str(v): i for i, v in enumerate(attr.order)}
+        rank = np.array([pos.get(t, len(pos)) for t in texts], dtype=np.float64)
+        how = "declared order"
+    elif attr is not None and attr.type == "semantic":
+        # codes (e.g. 6-digit classifications) sorted as text: a prefix's codes lie together
+        order = sorted(range(len(texts)), key=lambda i: texts[i])
+        rank = np.empty(len(texts), dtype=np.float64)
+        rank[order] = np.arange(len(texts), dtype=np.float64)
+        how = "code order"
+    elif hier is not None:
+        # leaves ordered by their path from the top, so that siblings are neighbours
+        levels = [hier.level(i).to_pylist() for i in range(hier.height, -1, -1)]
+        paths = sorted(zip(*levels))
+        pos = {path[-1]: i for i, path in enumerate(paths)}
+        rank = np.array([pos.get(t, len(pos)) for t in texts], dtype=np.float64)
+        how = "hierarchy order"
+    else:
+        n = counts.column("n").to_numpy()
+        order = sorted(range(len(texts)), key=lambda i: (-int(n[i]), texts[i]))
+        rank = np.empty(len(texts), dtype=np.float64)
+        rank[order] = np.arange(len(texts), dtype=np.float64)
+        how = "frequency order"
+    return pa.table({"v": values, "r": pa.array(rank)}), how
+
+
+def _keys(table: TypedTable, cut: Sequence[str], ctx: StepContext) -> tuple[TypedTable, list[str]]:
+    """A stored table (``_row``, ``_k0`` .. ``_kN``): each cut column's sort key as a double."""
+    exprs, joins, tables = [], [], {"t": table}
+    notes: dict[str, list[str]] = {}
+    for i, c in enumerate(cut):
+        attr = table.typing.get(c) if c in table.typing.names() else None
+        typ = table.schema.field(c).type
+        numeric = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
+        if (attr is None or attr.type in (None, "continuous")) and numeric:
+            exprs.append(f"CAST(t.{_q(c)} AS DOUBLE) AS _k{i}")
+            continue
+        ranks, how = _ranks(table, c, ctx)
+        tables[f"r{i}"] = ranks
+        joins.append(f"LEFT JOIN r{i} ON t.{_q(c)} = r{i}.v")
+        exprs.append(f"r{i}.r AS _k{i}")
+        notes.setdefault(how, []).append(c)
+    cols = ", ".join([f"t.{_q(ROW)}", *exprs]) if exprs else f"t.{_q(ROW)}"
+    lines = [f"{', '.join(cs)} cut in {how}" for how, cs in notes.items()]
+    return ctx.derive(f"SELECT {cols} FROM t {' '.join(joins)}", ordered=not joins, **tables), lines
+
+
+def _strata(table: TypedTable, by: Sequence[str], ctx: StepContext) -> TypedTable:
+    """(``_row``, ``_fragment``): each record's stratum, numbered in the order of the strata's
+    values (missing last)."""
+    if not by:
+        return ctx.derive(f"SELECT {_q(ROW)}, 0::BIGINT AS {_q(FRAGMENT)} FROM t", t=table)
+    cols = ", ".join(_q(c) for c in by)
+    order = ", ".join(f"{_q(c)} ASC NULLS LAST" for c in by)
+    return ctx.derive(f"SELECT {_q(ROW)}, (dense_rank() OVER (ORDER BY {order}) - 1)::BIGINT AS {_q(FRAGMENT)} "
+                      f"FROM (SELECT {_q(ROW)}, {cols} FROM t)", ordered=False, t=table)
+
+
+def _cut(frag: TypedTable, keys: TypedTable, cut: Sequence[str], limit: int,
+         ctx: StepContext) -> tuple[TypedTable, int]:
+    """Cut every fragment above ``limit`` records in two, level by level, until none is."""
+    f, r = _q(FRAGMENT), _q(ROW)
+    ks = [f"_k{i}" for i in range(len(cut))]
+    whole = ctx.sql("SELECT " + ", ".join(f"max({k}) - min({k})" for k in ks) + " FROM k", k=keys).to_pylist()[0]
+    span = np.array([b if b else 1.0 for b in whole.values()], dtype=np.float64)
+    sizes = ctx.sql(f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1 ORDER BY 1", a=frag)
+    levels = 0
+    while True:
+        ids, n = sizes.column("f").to_numpy(), sizes.column("n").to_numpy()
+        big = n > limit
+        if not big.any():
+            return frag, levels
+        plan = _split_plan(frag, keys, ks, ids, n, big, span, ctx)
+        key = "CASE p.col " + " ".join(f"WHEN {i} THEN k.{k}" for i, k in enumerate(ks)) + " END"
+        left = f"CASE WHEN p.strict THEN {key} < p.m ELSE {key} <= p.m END"
+        parts = [f"SELECT a.{r}, (p.base + CASE WHEN p.col < 0 THEN 0 ELSE (NOT coalesce({left}, false))::BIGINT "
+                 f"END)::BIGINT AS {f} FROM a POSITIONAL JOIN k JOIN p ON a.{f} = p.f WHERE NOT p.pos"]
+        if bool(np.any(plan.column("pos").to_numpy(zero_copy_only=False))):
+            # no column separates the records (all alike on every cut column): halve by position
+            parts.append(f"SELECT a.{r}, (p.base + (row_number() OVER (PARTITION BY a.{f} ORDER BY a.{r}) > p.half)"
+                         f"::BIGINT)::BIGINT AS {f} FROM a JOIN p ON a.{f} = p.f WHERE p.pos")
+        nxt = ctx.derive(f"SELECT {r}, {f} FROM ({' UNION ALL '.join(parts)})", ordered=False, a=frag, k=keys,
+                         p=plan)
+        ctx.discard(frag)
+        frag = nxt
+        sizes = ctx.sql(f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1 ORDER BY 1", a=frag)
+        levels += 1
+
+
+def _split_plan(frag: TypedTable, keys: TypedTable, ks: Sequence[str], ids: np.ndarray, n: np.ndarray,
+                big: np.ndarray, span: np.ndarray, ctx: StepContext) -> pa.Table:
+    """How each fragment is cut at this level: the column (-1: not cut), the median value
+    ``m`` of its keys, whether the left part is ``key < m`` (``strict``) or ``key <= m`` (the
+    more even of the two that leaves both parts non-empty), or ``pos``: halved by position.
+    The column is the widest one (its keys' range over their range in the whole table, as
+    Mondrian chooses) among those a median cut can separate; the first on a tie."""
+    f = _q(FRAGMENT)
+    want = pa.table({"f": pa.array(ids[big])})
+    stats = ctx.sql(f"SELECT a.{f} AS f, " + ", ".join(
+        f"coalesce(max(k.{k}) - min(k.{k}), 0) AS w{i}, quantile_disc(k.{k}, 0.5) AS m{i}" for i, k in enumerate(ks))
+        + f" FROM a POSITIONAL JOIN k SEMI JOIN w ON a.{f} = w.f GROUP BY a.{f} ORDER BY a.{f}", a=frag, k=keys, w=want)
+    medians = {f"m{i}": stats.column(f"m{i}") for i in range(len(ks))}
+    counted = ctx.sql(f"SELECT a.{f} AS f, " + ", ".join(
+        f"count(*) FILTER (WHERE k.{k} < s.m{i}) AS lt{i}, count(*) FILTER (WHERE k.{k} <= s.m{i}) AS le{i}"
+        for i, k in enumerate(ks)) + f" FROM a POSITIONAL JOIN k JOIN s ON a.{f} = s.f GROUP BY a.{f} ORDER BY a.{f}",
+        a=frag, k=keys, s=pa.table({"f": stats.column("f"), **medians}))
+    nb = n[big]
+    d = len(ks)
+    width = np.column_stack([stats.column(f"w{i}").to_numpy(zero_copy_only=False).astype(np.float64)
+                             for i in range(d)]) / span
+    lt = np.column_stack([counted.column(f"lt{i}").to_numpy() for i in range(d)])
+    le = np.column_stack([counted.column(f"le{i}").to_numpy() for i in range(d)])
+    half = nb[:, None] / 2.0
+    strict = (lt > 0) & ((np.abs(lt - half) <= np.abs(le - half)) | (le >= nb[:, None]))
+    left = np.where(strict, lt, le)
+    ok = (left > 0) & (left < nb[:, None])
+    score = np.where(ok, width, -1.0)
+    col = np.argmax(score, axis=1)
+    pos = ~ok.any(axis=1)
+    rows = np.arange(col.size)
+    m = np.column_stack([stats.column(f"m{i}").to_numpy(zero_copy_only=False).astype(np.float64)
+                         for i in range(d)])[rows, col]
+    # new ids in fragment order: a fragment cut in two takes two consecutive ids
+    count = np.where(big, 2, 1)
+    base = np.cumsum(count) - count
+    every_col = np.full(ids.size, -1, dtype=np.int64)
+    every_col[big] = col
+    every = {"f": ids, "base": base, "col": every_col, "m": np.zeros(ids.size), "strict": np.zeros(ids.size, bool),
+             "pos": np.zeros(ids.size, bool), "half": n // 2}
+    every["m"][big] = np.nan_to_num(m)
+    every["strict"][big] = strict[rows, col]
+    every["pos"][big] = pos
+    return pa.table({k: pa.array(v) for k, v in every.items()})
+
+
+def fragment_bounds(table: TypedTable, by: Sequence[str], cut: Sequence[str], ctx: StepContext) -> pa.Table:
+    """One row per fragment: its id, records, strata values and each cut column's least and
+    greatest value (missing values not counted)."""
+    f = _q(FRAGMENT)
+    parts = [f"{f} AS fragment", "count(*)::BIGINT AS records"]
+    parts += [f"any_value({_q(c)}) AS {_q(c)}" for c in by]
+    for c in cut:
+        parts += [f"min({_q(c)}) AS {_q(c + '_min')}", f"max({_q(c)}) AS {_q(c + '_max')}"]
+    return ctx.sql(f"SELECT {', '.join(parts)} FROM t GROUP BY {f} ORDER BY {f}", t=table)
+
+
+# -- grouping fragments for an algorithm --------------------------------------------------
+
+
+@dataclass
+class Grouping:
+    """Fragments grouped for one algorithm step: ``groups[g]`` lists the fragment ids run
+    together as group ``g`` (in fragment order); ``sizes[g]`` its records."""
+
+    groups: list[list[int]]
+    sizes: list[int]
+    notes: list[str]
+
+    @property
+    def merged(self) -> int:
+        return sum(len(g) for g in self.groups if len(g) > 1)
+
+
+def fragment_sizes(table: TypedTable, ctx: StepContext) -> tuple[np.ndarray, np.ndarray]:
+    got = ctx.sql(f"SELECT {_q(FRAGMENT)}, count(*)::BIGINT FROM t GROUP BY 1 ORDER BY 1", t=table)
+    return got.column(0).to_numpy(), got.column(1).to_numpy()
+
+
+def _claim_checks(algo: Any, params: Mapping[str, Any], registry: Any) -> tuple[list[tuple[Any, dict]], list[str]]:
+    checks, skipped = [], []
+    for model, given in algo.claims(params).items():
+        reg = registry.get("metric", model) if registry.has("metric", model) else None
+        if reg is None or reg.obj.category != "privacy" or not getattr(reg.obj, "weighted_partitions", False):
+            skipped.append(model)
+            continue
+        checks.append((reg.obj, dict(given)))
+    return checks, skipped
+
+
+def fragment_groups(algo: Any, params: Mapping[str, Any], table: TypedTable, registry: Any,
+                    ctx: StepContext) -> Grouping:
+    """Group the fragments of ``table`` so that each group, taken as one class, satisfies every
+    privacy model ``algo`` claims for ``params`` (checked through the models' vectorized
+    :meth:`~anonflow.api.Metric.partition_holds` on a frequency table of the sensitive
+    attributes by fragment, which DuckDB computes). A failing group is merged with its next or
+    previous neighbour (the smaller), round after round, until all hold or one group is left."""
+    ids, sizes = fragment_sizes(table, ctx)
+    checks, skipped = _claim_checks(algo, params, registry)
+    notes = []
+    if skipped:
+        notes.append(f"fragments not checked for {', '.join(skipped)} before the run (no weighted check); "
+                     "the algorithm's own check runs on each fragment")
+    if not checks or ids.size <= 1:
+        return Grouping([[int(i)] for i in ids], [int(s) for s in sizes], notes)
+    keep = [c for c in table.typing.sensitive if c in table.columns]
+    named = params.get("sensitive")
+    if isinstance(named, str) and named in table.columns and named not in keep:
+        keep.append(named)
+    cols = "".join(f", {_q(c)}" for c in keep)
+    freq = ctx.sql(f"SELECT {_q(FRAGMENT)}{cols}, count(*)::BIGINT AS _af_n FROM t GROUP BY ALL "
+                   "ORDER BY ALL NULLS LAST", t=table)
+    of_row = np.searchsorted(ids, freq.column(0).to_numpy())
+    weights = freq.column("_af_n").to_numpy()
+    units = TypedTable(freq.drop_columns([FRAGMENT, "_af_n"]), table.typing, {}, table.hierarchies)
+    groups: list[list[int]] = [[i] for i in range(ids.size)]  # positions of fragments
+    gsizes = [int(s) for s in sizes]
+    cache: dict[str, Any] = {}
+    first = len(groups)
+    while True:
+        group_of = np.empty(ids.size, dtype=np.int64)
+        for g, members in enumerate(groups):
+            group_of[members] = g
+        cls = group_of[of_row]
+        part = Partition(cls, np.asarray(gsizes, dtype=np.int64), units, cache, weights)
+        ok = np.ones(len(groups), dtype=bool)
+        for metric, given in checks:
+            ok &= np.asarray(metric.partition_holds(part, given), dtype=bool)
+        if ok.all() or len(groups) == 1:
+            break
+        groups, gsizes = merge_neighbours(groups, gsizes, np.flatnonzero(~ok).tolist())
+    out = [[int(ids[i]) for i in g] for g in groups]
+    if len(groups) < first:
+        joined = [g for g in out if len(g) > 1]
+        models = ", ".join(m.name for m, _ in checks)
+        notes.append(f"{sum(len(g) for g in joined)} fragment(s) too small or too poor for {models} (each taken as "
+                     f"one class) were merged with neighbours into {len(joined)} group(s): "
+                     + "; ".join("+".join(map(str, g)) for g in joined[:8]) + (" ..." if len(joined) > 8 else ""))
+    if not ok.all():
+        notes.append(f"even all fragments together fail {', '.join(m.name for m, _ in checks)}; the algorithm "
+                     "will say why")
+    return Grouping(out, gsizes, notes)
+
+
+def merge_neighbours(groups: list[list[int]], sizes: list[int], bad: Sequence[int]) -> tuple[list[list[int]],
+                                                                                              list[int]]:
+    """Merge each group in ``bad`` (indexes into ``groups``) with its smaller neighbour; return
+    the new groups and sizes, in fragment order."""
+    target = list(range(len(groups)))
+    taken = [False] * len(groups)
+    for g in sorted(set(bad)):
+        if taken[g]:
+            continue
+        options = [h for h in (g - 1, g + 1) if 0 <= h < len(groups) and not taken[h]]
+        if not options:
+            continue
+        h = min(options, key=lambda x: (sizes[x], x))
+        lo, hi = min(g, h), max(g, h)
+        target[hi] = lo
+        taken[lo] = taken[hi] = True
+    out: dict[int, list[int]] = {}
+    out_sizes: dict[int, int] = {}
+    for g, t in enumerate(target):
+        out.setdefault(t, []).extend(groups[g])
+        out_sizes[t] = out_sizes.get(t, 0) + sizes[g]
+    keys = sorted(out)
+    return [sorted(out[k]) for k in keys], [out_sizes[k] for k in keys]
+
+
+__all__ = ["DEFAULT_MAX_RECORDS", "PartitionStep", "Grouping", "fragment_groups", "merge_neighbours",
+           "fragment_bounds", "describe_sizes"]
