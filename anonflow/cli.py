@@ -216,8 +216,9 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
 def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: bool, no_preview: bool) -> None:
     """Validate a workflow file and print its steps in execution order.
 
-    The preparation steps (typing, filter, sample, hierarchy) run on the data in memory to
-    preview the typing, the hierarchies and what each algorithm will face; nothing is stored
+    The preparation steps (typing, filter, sample, hierarchy, partition) run on the data in
+    memory to preview the typing, the hierarchies, the fragments and what each algorithm will
+    face; nothing is stored
     or published (--no-preview skips this)."""
     from .dag import preview
 
@@ -233,6 +234,8 @@ def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: 
                 s["typing"] = typings[s["name"]]["typing"].to_json()
             elif s["name"] in previews:
                 s["notes"] = previews[s["name"]]["notes"]
+                if "fragments" in previews[s["name"]]:
+                    s["fragments"] = previews[s["name"]]["fragments"]
         _echo_json({"workflow": spec.name, "seed": spec.seed, "steps": steps})
         return
     click.echo(f"workflow {spec.name} (seed {spec.seed}): {len(p.order)} nodes, valid")

@@ -199,6 +199,47 @@ def _write(table: Any, path: str) -> None:
     os.replace(tmp, path)  # a worker that dies mid-write leaves no half file under the final name
 
 
+_STORE: Any = None
+
+
+class _LazyStore:
+    """A task's view of its process's in-memory store: opened on the first query (most
+    algorithms run on the fragment in memory and never ask), kept for the process's next tasks
+    (opening one costs tens of milliseconds), and cleared of the task's scratch tables after it."""
+
+    def _store(self) -> Any:
+        global _STORE
+        if _STORE is None:
+            from .store import Store
+
+            _STORE = Store(":memory:")
+            _STORE.con.execute("SET threads = 1")
+            _STORE.threads = 1
+        self.used = True
+        return _STORE
+
+    used = False
+
+    def sql(self, query: str, params: Any = None, **tables: Any) -> Any:
+        return self._store().sql(query, params, **tables)
+
+    def derive_table(self, *args: Any, **kwargs: Any) -> Any:
+        return self._store().derive_table(*args, **kwargs)
+
+    def relation(self, *args: Any, **kwargs: Any) -> Any:
+        return self._store().relation(*args, **kwargs)
+
+    def discard(self, table: Any) -> None:
+        if _STORE is not None:
+            _STORE.discard(table)
+
+    def clean(self) -> None:
+        if self.used and _STORE is not None:
+            _STORE._drop_scratch()
+            for (name,) in _STORE.con.execute("SELECT view_name FROM duckdb_views() WHERE temporary").fetchall():
+                _STORE.con.execute(f"DROP VIEW IF EXISTS temp.\"{name}\"")
+
+
 def run_fragment(task: FragmentTask) -> FragmentResult:
     """Run one task where it is (any process, any machine that sees the work folder)."""
     import numpy as np
@@ -208,7 +249,6 @@ def run_fragment(task: FragmentTask) -> FragmentResult:
     from .errors import AnonflowError
     from .plugins import get_registry
     from .schema import CLASS, ROW
-    from .store import Store
     from .table import TypedTable
 
     t0 = time.perf_counter()
@@ -225,13 +265,11 @@ def run_fragment(task: FragmentTask) -> FragmentResult:
         tables.append(table)
     result = FragmentResult(task.index, task.fragments, rows=tables[0].num_rows, pid=os.getpid())
     seed = fragment_seed(task.seed, task.fragments[0])
-    store = Store(":memory:")
+    store = _LazyStore()
     try:
-        store.con.execute("SET threads = 1")
-        store.threads = 1
         ctx = StepContext(step=task.step, seed=seed, rng=np.random.default_rng(seed), workflow_dir=Path("."),
-                          output_dir=Path("."), sql=lambda q, params=None, **t: store.sql(q, params, **t),
-                          derive=store.derive_table, discard=store.discard, relation=store.relation)
+                          output_dir=Path("."), sql=store.sql, derive=store.derive_table, discard=store.discard,
+                          relation=store.relation)
         ctx.inputs = tables
         if task.mode == "summarize":
             summary = algo.summarize(tables[0], task.params, ctx)
@@ -275,7 +313,7 @@ def run_fragment(task: FragmentTask) -> FragmentResult:
         result.seconds = time.perf_counter() - t0
         return result
     finally:
-        store.close()
+        store.clean()
 
 
 # -- executors ----------------------------------------------------------------------------

@@ -583,12 +583,14 @@ class Runner:
         executor = self._executor_for(where)
         work = self._work_folder(node)
         t0 = time.perf_counter()
+        clock = {"write": 0.0, "run": 0.0, "merge": 0.0}
         try:
             self.store.copy_fragments(table, work.path / "in0")
             if algo.summarizes(node.params):
                 return self._run_summarized(node, table, ctx, executor, work, t0)
             for i, other in enumerate(ctx.inputs[1:], 1):
                 self.store.copy_fragments(other, work.path / f"in{i}", by=table)
+            clock["write"] = time.perf_counter() - t0
             grouping = fragment_groups(algo, node.params, table, self.registry, ctx)
             domain = self._domain(table)
             for line in grouping.notes:
@@ -601,8 +603,10 @@ class Runner:
                 tasks = [self._task(node, ctx, work, g, issued + i, domain=domain) for i, g in enumerate(todo)]
                 issued += len(tasks)
                 advance = self.reporter.progress(sum(len(g) for g in todo), f"{node.name}: fragments")
+                t1 = time.perf_counter()
                 for g, res in zip(todo, run_all(executor, tasks, advance)):
                     done[tuple(g)] = res
+                clock["run"] += time.perf_counter() - t1
                 bad = [i for i, g in enumerate(groups) if done[tuple(g)].infeasible]
                 if not bad:
                     break
@@ -613,12 +617,16 @@ class Runner:
                          f"{'+'.join(map(str, first.fragments))}: {first.infeasible}); merged with a neighbour")
                 groups, sizes = merge_neighbours(groups, sizes, bad)
             results = [done[tuple(g)] for g in groups]
+            t2 = time.perf_counter()
             out = self._merge_results(node, table, results, ctx, where)
+            clock["merge"] = time.perf_counter() - t2
         finally:
             work.remove()
         busy = sum(r.seconds for r in results)
         ctx.note(f"{node.uses} ran on {len(results)} fragment group(s) of {describe_sizes(np.asarray(sizes))} records "
-                 f"on {self.executor_spec.describe()}: {busy:.1f} s of work in {time.perf_counter() - t0:.1f} s")
+                 f"on {self.executor_spec.describe()}: fragments written in {clock['write']:.2f} s, run in "
+                 f"{clock['run']:.2f} s ({busy:.2f} s of work in {len({r.pid for r in results})} process(es)), merged "
+                 f"in {clock['merge']:.2f} s")
         return out
 
     def _domain(self, table: TypedTable) -> dict[str, ColumnDomain]:
