@@ -126,7 +126,7 @@ class _Progress:
     def progress(self, total: int, label: str = ""):
         if not self.enabled or total <= 0:
             return lambda n=1: None
-        bar = click.progressbar(length=total, label=f"      {label}", file=sys.stderr, show_eta=True)
+        bar = click.progressbar(length=total, label=f"      {label}", file=sys.stderr, show_eta=True, show_pos=True)
         bar.__enter__()
         state = {"done": 0}
 
