@@ -200,6 +200,9 @@ class TypingStep(Builtin):
         cols = inputs[0].columns
         if cols is None:
             return None
+        if FRAGMENT in cols:
+            raise WorkflowError(f"input {inputs[0].name!r} is partitioned; type the table first, then partition it",
+                                where=where)
         for col in roles:
             if col not in cols:
                 raise WorkflowError(f"column {col!r} is not in input {inputs[0].name!r}{suggest(col, cols)}; "
@@ -659,6 +662,69 @@ class SampleStep(Builtin):
         return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored), summary
 
 
+# -- partition -------------------------------------------------------------------------
+
+#: the default largest fragment of the ``partition`` step (see anonflow/fragments.py)
+DEFAULT_MAX_RECORDS = 10_000
+
+
+class PartitionStep(Builtin):
+    uses = kind = "partition"
+    description = ("Cut a typed table into fragments (strata, then recursive median cuts on the QIs) so that each "
+                   "algorithm step fed by it runs once per fragment, in parallel on an executor.")
+    params = (
+        Param("max_records", "int", default=DEFAULT_MAX_RECORDS, min=2, nullable=True,
+              help="cut until each fragment holds at most this many records (null: strata only)"),
+        Param("by", "list", default=[], help="strata: columns whose every combination of values is a fragment "
+                                             "of its own before cutting"),
+        Param("columns", "list", default=None, nullable=True,
+              help="columns to cut on (default: the quasi-identifiers)"),
+    )
+
+    def check_params(self, given, registry, where, base_dir=None):
+        params = super().check_params(given, registry, where, base_dir)
+        for key in ("by", "columns"):
+            value = params[key]
+            if value is None:
+                continue
+            if not all(isinstance(c, str) and c for c in value):
+                raise WorkflowError(f"parameter {key!r}: expected a list of column names, got {value!r}", where=where)
+            if len(set(value)) != len(value):
+                raise WorkflowError(f"parameter {key!r} names a column twice", where=where)
+            reserved = [c for c in value if c in (ROW, CLASS, FRAGMENT)]
+            if reserved:
+                raise WorkflowError(f"parameter {key!r}: {reserved[0]!r} is anonflow's own column", where=where)
+        if params["max_records"] is None and not params["by"]:
+            raise WorkflowError("give 'max_records' or 'by' (or both): a partition needs something to cut by",
+                                where=where)
+        return params
+
+    def validate(self, params, inputs, registry, where):
+        cols = inputs[0].columns
+        if cols is not None:
+            for key in ("by", "columns"):
+                for c in params[key] or ():
+                    if c not in cols:
+                        raise WorkflowError(f"parameter {key!r}: no column {c!r} in the input "
+                                            f"(columns: {', '.join(x for x in cols if x != ROW)})", where=where)
+            if FRAGMENT in cols:
+                raise WorkflowError("the input is partitioned already; partition the typed table once",
+                                    where=where)
+            if CLASS in cols:
+                raise WorkflowError(f"input {inputs[0].name!r} is an algorithm's output; partition the typed table "
+                                    "the algorithm reads instead", where=where)
+        if not inputs[0].typed:
+            raise WorkflowError(f"partition needs a typed table: add a typing step before it "
+                                f"(input {inputs[0].name!r})", where=where)
+        return None if cols is None else (*cols, FRAGMENT)
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext,
+            where: str) -> tuple[TypedTable, dict[str, Any]]:
+        from .fragments import partition  # the cutting lives with the fragment grouping it serves
+
+        return partition(table, params, ctx, where)
+
+
 # -- hierarchy -------------------------------------------------------------------------
 
 
@@ -966,9 +1032,5 @@ def for_publication(table: TypedTable, keep_row: bool = False, ctx: StepContext 
 
 
 BUILTINS: dict[str, Builtin] = {b.uses: b for b in (TypingStep(), FilterStep(), SampleStep(), HierarchyStep(),
-                                                     EvaluateStep(), PublishStep())}
+                                                     PartitionStep(), EvaluateStep(), PublishStep())}
 
-# the partition step lives with the fragment grouping it serves (anonflow/fragments.py)
-from .fragments import PartitionStep  # noqa: E402
-
-BUILTINS[PartitionStep.uses] = PartitionStep()

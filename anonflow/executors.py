@@ -51,7 +51,8 @@ class ExecutorSpec:
             return "local"
         if self.kind == "processes":
             return f"processes:{self.workers}"
-        return f"dask:{self.address}" if self.address else f"dask (LocalCluster of {self.workers} workers)"
+        return f"dask:{self.address}" if self.address else \
+            f"dask (LocalCluster of {self.workers} worker{'s' if self.workers != 1 else ''})"
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in {"kind": self.kind, "workers": self.workers, "address": self.address,
@@ -384,8 +385,9 @@ class ProcessExecutor(Executor):
                 self.pool.shutdown(wait=False, cancel_futures=True)
                 self.pool = None
                 if broken > self.retries:
-                    raise RunError(f"worker processes died {broken} times; {len(pending)} fragment group(s) "
-                                   "could not be run (out of memory? see the system log)") from None
+                    raise RunError(f"worker processes died {broken} time(s) running fragments; {len(pending)} fragment "
+                                   "group(s) could not be run (out of memory, or workers that cannot start: see the "
+                                   "system log)") from None
 
     def close(self) -> None:
         if self.pool is not None:
@@ -409,7 +411,7 @@ class DaskExecutor(Executor):
         self.cluster = None
         if spec.address:
             try:
-                self.client = Client(spec.address, timeout="10s", set_as_default=False)
+                self.client = Client(spec.address, timeout="5s", set_as_default=False)
             except (OSError, TimeoutError) as exc:
                 raise InputError(f"cannot reach the Dask scheduler at {spec.address}: "
                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",

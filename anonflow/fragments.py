@@ -1,6 +1,6 @@
 """Cutting a typed table into fragments, and grouping fragments for an algorithm.
 
-The built-in ``partition`` step (:class:`PartitionStep`) adds a ``_fragment`` column to a typed
+The built-in ``partition`` step (:class:`anonflow.builtins.PartitionStep`, :func:`partition`) adds a ``_fragment`` column to a typed
 table: records of each stratum (``by``) are cut recursively at the median of one
 quasi-identifier until every fragment holds at most ``max_records`` records (Mondrian-style
 fragmentation, as in the distributed Mondrian of De Capitani di Vimercati et al., and
@@ -11,8 +11,9 @@ A cut splits a fragment at the median of the chosen column's keys: the records w
 below it (or at most it, whichever is more even and leaves both parts non-empty) go left, the
 rest (missing values included) right, so records with equal values stay together. The column
 cut is the one whose keys span the largest share of their range over the whole table
-(Mondrian's choice) among those the median separates, the first listed on a tie; a fragment no
-column separates (its records alike on every cut column) is halved by ``_row``. So the
+(Mondrian's choice) among those whose cut leaves at least a tenth of the records on each side,
+the first listed on a tie (when none does, the column cut most evenly); a fragment no column
+separates (its records alike on every cut column) is halved by ``_row``. So the
 recursion always ends, and the fragments are the same on every machine. Keys: a continuous QI's value; an ordinal QI's rank in its
 declared order; a semantic QI's code as text (codes of a prefix together); a nominal QI's rank
 in its hierarchy's order (siblings next to each other) when the table has a hierarchy for it,
@@ -34,109 +35,60 @@ import numpy as np
 import pyarrow as pa
 
 from .api import Partition, StepContext, sql_ident
-from .builtins import Builtin
-from .errors import InputError, WorkflowError
+from .errors import InputError
 from .hierarchy import value_keys
-from .params import Param
 from .schema import CLASS, FRAGMENT, ROW
 from .table import TypedTable
 
-#: the default largest fragment: chosen on Adult so that every algorithm's paper metric moves by
-#: at most 2 % (relative) against an unpartitioned run (docs/results.md, "Partitioned runs")
-DEFAULT_MAX_RECORDS = 10_000
 
 
 def _q(name: str) -> str:
     return sql_ident(name)
 
 
-class PartitionStep(Builtin):
-    uses = kind = "partition"
-    description = ("Cut a typed table into fragments (strata, then recursive median cuts on the QIs) so that each "
-                   "algorithm step fed by it runs once per fragment, in parallel on an executor.")
-    params = (
-        Param("max_records", "int", default=DEFAULT_MAX_RECORDS, min=2, nullable=True,
-              help="cut until each fragment holds at most this many records (null: strata only)"),
-        Param("by", "list", default=[], help="strata: columns whose every combination of values is a fragment "
-                                             "of its own before cutting"),
-        Param("columns", "list", default=None, nullable=True,
-              help="columns to cut on (default: the quasi-identifiers)"),
-    )
+def partition(table: TypedTable, params: Mapping[str, Any], ctx: StepContext,
+              where: str) -> tuple[TypedTable, dict[str, Any]]:
+    """The ``partition`` step (:class:`anonflow.builtins.PartitionStep`): ``table`` with a
+    ``_fragment`` column, and the step's summary."""
+    by = list(params["by"])
+    cut = list(params["columns"]) if params["columns"] is not None else \
+        [c for c in table.typing.quasi if c not in by]
+    for c in (*by, *cut):
+        if c not in table.columns:
+            raise InputError(f"no column {c!r} in the input", where=where)
+    if FRAGMENT in table.columns or CLASS in table.columns:
+        raise InputError(f"the input has a {FRAGMENT if FRAGMENT in table.columns else CLASS} column; "
+                         "partition the typed table, before any algorithm", where=where)
+    cut = [c for c in cut if c not in by]
+    if table.num_rows == 0:
+        raise InputError("the input has no records", where=where)
+    limit = params["max_records"]
+    keys, key_notes = _keys(table, cut, ctx)
+    for line in key_notes:
+        ctx.note(line)
+    frag = _strata(table, by, ctx)
+    levels = 0
+    if limit is not None and cut:
+        frag, levels = _cut(frag, keys, cut, limit, ctx)
+    elif limit is not None:
+        big = ctx.sql(f"SELECT max(n) FROM (SELECT count(*) AS n FROM a GROUP BY {_q(FRAGMENT)})", a=frag)
+        if int(big.column(0)[0].as_py()) > limit:
+            ctx.note("no column to cut on: fragments larger than max_records stay whole")
+    ctx.discard(keys)
+    out = ctx.derive(f"SELECT t.*, a.{_q(FRAGMENT)} FROM t POSITIONAL JOIN a", t=table, a=frag)
+    ctx.discard(frag)
+    bounds = fragment_bounds(out, by, cut, ctx)
+    sizes = bounds.column("records").to_numpy()
+    ctx.store_table and ctx.store_table("fragments", bounds)
+    summary = {"fragments": int(sizes.size), "records": int(sizes.sum()), "max_records": limit, "by": by,
+               "columns": cut, "cuts": levels, "sizes": _size_summary(sizes)}
+    strata = len({tuple(row.values()) for row in bounds.select(by).to_pylist()}) if by else 1
+    ctx.note(f"{sizes.size} fragment(s) of {describe_sizes(sizes)} records"
+             + (f" in {strata} strat{'um' if strata == 1 else 'a'}" if by else "")
+             + (f"; cut on {', '.join(cut)} ({levels} level(s) of median cuts)" if levels else ""))
+    typed = TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored)
+    return typed, summary
 
-    def check_params(self, given, registry, where, base_dir=None):
-        params = super().check_params(given, registry, where, base_dir)
-        for key in ("by", "columns"):
-            value = params[key]
-            if value is None:
-                continue
-            if not all(isinstance(c, str) and c for c in value):
-                raise WorkflowError(f"parameter {key!r}: expected a list of column names, got {value!r}", where=where)
-            if len(set(value)) != len(value):
-                raise WorkflowError(f"parameter {key!r} names a column twice", where=where)
-            reserved = [c for c in value if c in (ROW, CLASS, FRAGMENT)]
-            if reserved:
-                raise WorkflowError(f"parameter {key!r}: {reserved[0]!r} is anonflow's own column", where=where)
-        if params["max_records"] is None and not params["by"]:
-            raise WorkflowError("give 'max_records' or 'by' (or both): a partition needs something to cut by",
-                                where=where)
-        return params
-
-    def validate(self, params, inputs, registry, where):
-        cols = inputs[0].columns
-        if cols is not None:
-            for key in ("by", "columns"):
-                for c in params[key] or ():
-                    if c not in cols:
-                        raise WorkflowError(f"parameter {key!r}: no column {c!r} in the input "
-                                            f"(columns: {', '.join(x for x in cols if x != ROW)})", where=where)
-            if FRAGMENT in cols:
-                raise WorkflowError("the input is partitioned already; partition the typed table once",
-                                    where=where)
-        if not inputs[0].typed:
-            raise WorkflowError(f"partition needs a typed table: add a typing step before it "
-                                f"(input {inputs[0].name!r})", where=where)
-        return None if cols is None else (*cols, FRAGMENT)
-
-    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext,
-            where: str) -> tuple[TypedTable, dict[str, Any]]:
-        by = list(params["by"])
-        cut = list(params["columns"]) if params["columns"] is not None else \
-            [c for c in table.typing.quasi if c not in by]
-        for c in (*by, *cut):
-            if c not in table.columns:
-                raise InputError(f"no column {c!r} in the input", where=where)
-        if FRAGMENT in table.columns or CLASS in table.columns:
-            raise InputError(f"the input has a {FRAGMENT if FRAGMENT in table.columns else CLASS} column; "
-                             "partition the typed table, before any algorithm", where=where)
-        cut = [c for c in cut if c not in by]
-        if table.num_rows == 0:
-            raise InputError("the input has no records", where=where)
-        limit = params["max_records"]
-        keys, key_notes = _keys(table, cut, ctx)
-        for line in key_notes:
-            ctx.note(line)
-        frag = _strata(table, by, ctx)
-        levels = 0
-        if limit is not None and cut:
-            frag, levels = _cut(frag, keys, cut, limit, ctx)
-        elif limit is not None:
-            big = ctx.sql(f"SELECT max(n) FROM (SELECT count(*) AS n FROM a GROUP BY {_q(FRAGMENT)})", a=frag)
-            if int(big.column(0)[0].as_py()) > limit:
-                ctx.note("no column to cut on: fragments larger than max_records stay whole")
-        ctx.discard(keys)
-        out = ctx.derive(f"SELECT t.*, a.{_q(FRAGMENT)} FROM t POSITIONAL JOIN a", t=table, a=frag)
-        ctx.discard(frag)
-        bounds = fragment_bounds(out, by, cut, ctx)
-        sizes = bounds.column("records").to_numpy()
-        ctx.store_table and ctx.store_table("fragments", bounds)
-        summary = {"fragments": int(sizes.size), "records": int(sizes.sum()), "max_records": limit, "by": by,
-                   "columns": cut, "cuts": levels, "sizes": _size_summary(sizes)}
-        ctx.note(f"{sizes.size} fragment(s) of {describe_sizes(sizes)} records"
-                 + (f" in {len(set(map(tuple, bounds.select(by).to_pylist()))) if by else 1} strat"
-                    f"{'a' if by else 'um'}" if by else "")
-                 + (f"; cut on {', '.join(cut)} ({levels} level(s) of median cuts)" if levels else ""))
-        typed = TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored)
-        return typed, summary
 
 
 def describe_sizes(sizes: np.ndarray) -> str:
@@ -209,7 +161,7 @@ def _keys(table: TypedTable, cut: Sequence[str], ctx: StepContext) -> tuple[Type
 
 def _strata(table: TypedTable, by: Sequence[str], ctx: StepContext) -> TypedTable:
     """(``_row``, ``_fragment``): each record's stratum, numbered in the order of the strata's
-    values (missing last)."""
+    values (NULL last; a missing-value category such as ``?`` sorts as its text)."""
     if not by:
         return ctx.derive(f"SELECT {_q(ROW)}, 0::BIGINT AS {_q(FRAGMENT)} FROM t", t=table)
     cols = ", ".join(_q(c) for c in by)
@@ -249,13 +201,19 @@ def _cut(frag: TypedTable, keys: TypedTable, cut: Sequence[str], limit: int,
         levels += 1
 
 
+#: a cut leaving fewer than this share of a fragment's records on one side is taken only when
+#: no column cuts more evenly (a column of mostly equal values would otherwise shave off a few)
+BALANCE = 0.1
+
+
 def _split_plan(frag: TypedTable, keys: TypedTable, ks: Sequence[str], ids: np.ndarray, n: np.ndarray,
                 big: np.ndarray, span: np.ndarray, ctx: StepContext) -> pa.Table:
     """How each fragment is cut at this level: the column (-1: not cut), the median value
     ``m`` of its keys, whether the left part is ``key < m`` (``strict``) or ``key <= m`` (the
     more even of the two that leaves both parts non-empty), or ``pos``: halved by position.
     The column is the widest one (its keys' range over their range in the whole table, as
-    Mondrian chooses) among those a median cut can separate; the first on a tie."""
+    Mondrian chooses) among those whose median cut leaves at least :data:`BALANCE` of the
+    records on each side, the first on a tie; when none does, the column cut most evenly."""
     f = _q(FRAGMENT)
     want = pa.table({"f": pa.array(ids[big])})
     stats = ctx.sql(f"SELECT a.{f} AS f, " + ", ".join(
@@ -276,8 +234,11 @@ def _split_plan(frag: TypedTable, keys: TypedTable, ks: Sequence[str], ids: np.n
     strict = (lt > 0) & ((np.abs(lt - half) <= np.abs(le - half)) | (le >= nb[:, None]))
     left = np.where(strict, lt, le)
     ok = (left > 0) & (left < nb[:, None])
-    score = np.where(ok, width, -1.0)
-    col = np.argmax(score, axis=1)
+    smaller = np.minimum(left, nb[:, None] - left)
+    even = ok & (smaller >= BALANCE * nb[:, None])
+    # the widest column among those cut evenly enough; else the most even cut; else by position
+    col = np.where(even.any(axis=1), np.argmax(np.where(even, width, -1.0), axis=1),
+                   np.argmax(np.where(ok, smaller, -1), axis=1))
     pos = ~ok.any(axis=1)
     rows = np.arange(col.size)
     m = np.column_stack([stats.column(f"m{i}").to_numpy(zero_copy_only=False).astype(np.float64)
@@ -393,6 +354,39 @@ def fragment_groups(algo: Any, params: Mapping[str, Any], table: TypedTable, reg
     return Grouping(out, gsizes, notes)
 
 
+def keep_classes_together(groups: list[list[int]], sizes: list[int], table: TypedTable, other: TypedTable,
+                          ctx: StepContext) -> tuple[list[list[int]], list[int], str | None]:
+    """Join the groups holding records of one class of ``other`` (a second input with
+    ``_class``, e.g. the partition a ``refine`` step improves): a class is never cut by the
+    fragments. Returns the groups (in order of their first fragment), their sizes and a note."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    pairs = ctx.sql(f"SELECT DISTINCT x.{_q(CLASS)} AS c, t.{_q(FRAGMENT)} AS f FROM x JOIN t "
+                    f"ON x.{_q(ROW)} = t.{_q(ROW)} WHERE x.{_q(CLASS)} IS NOT NULL ORDER BY 1, 2", x=other, t=table)
+    if pairs.num_rows == 0:
+        return groups, sizes, None
+    group_of = {f: g for g, members in enumerate(groups) for f in members}
+    c = pairs.column("c").to_numpy()
+    g = np.array([group_of[int(f)] for f in pairs.column("f").to_pylist()], dtype=np.int64)
+    same = np.flatnonzero(c[1:] == c[:-1])
+    if same.size == 0 or np.all(g[same] == g[same + 1]):
+        return groups, sizes, None
+    n = len(groups)
+    graph = coo_matrix((np.ones(same.size), (g[same], g[same + 1])), shape=(n, n))
+    count, label = connected_components(graph, directed=False)
+    joined: dict[int, list[int]] = {}
+    joined_sizes: dict[int, int] = {}
+    for i, lab in enumerate(label):
+        joined.setdefault(int(lab), []).extend(groups[i])
+        joined_sizes[int(lab)] = joined_sizes.get(int(lab), 0) + sizes[i]
+    order = sorted(joined, key=lambda lab: min(joined[lab]))
+    out = [sorted(joined[lab]) for lab in order]
+    note = (f"{n - count} fragment group(s) joined others: records of one class of the second input lie in both "
+            "(a class is never cut)")
+    return out, [joined_sizes[lab] for lab in order], note
+
+
 def merge_neighbours(groups: list[list[int]], sizes: list[int], bad: Sequence[int]) -> tuple[list[list[int]],
                                                                                               list[int]]:
     """Merge each group in ``bad`` (indexes into ``groups``) with its smaller neighbour; return
@@ -418,5 +412,5 @@ def merge_neighbours(groups: list[list[int]], sizes: list[int], bad: Sequence[in
     return [sorted(out[k]) for k in keys], [out_sizes[k] for k in keys]
 
 
-__all__ = ["DEFAULT_MAX_RECORDS", "PartitionStep", "Grouping", "fragment_groups", "merge_neighbours",
+__all__ = ["partition", "Grouping", "fragment_groups", "merge_neighbours",
            "fragment_bounds", "describe_sizes"]

@@ -25,7 +25,7 @@ from .lineage import canonical_json
 from .plugins import Registry, get_registry
 from .executors import (Executor, ExecutorSpec, FragmentResult, FragmentTask, WorkFolder, run_all,
                         start_executor)
-from .fragments import describe_sizes, fragment_groups, merge_neighbours
+from .fragments import describe_sizes, fragment_groups, keep_classes_together, merge_neighbours
 from .schema import CLASS, FRAGMENT, ROW
 from .spec import Resources, WorkflowSpec
 from .store import SCHEMA_VERSION, Artifact, OutOfMemory, Store, ident
@@ -292,9 +292,11 @@ class Runner:
         guard = check_outputs(plan, out_dir, self.store, self.registry)
         self._out_dir = out_dir
         self.executor_spec = spec.executor.merged(self.executor_override)
-        if self.executor_spec.address and any(plan.nodes[n].kind == "partition" for n in plan.order):
+        if self.executor_spec.address and any(plan.nodes[n].kind == "partition" for n in plan.order) \
+                and any(plan.nodes[n].kind == "algorithm" for n in plan.order):
             # a scheduler that cannot be reached fails the run before anything runs
-            self._executor = start_executor(self.executor_spec, where=spec.where("executor"))
+            self._executor = start_executor(self.executor_spec, where="--executor" if self.executor_override
+                                            and self.executor_override.address else spec.where("executor"))
         run_id = self.store.begin_run(workflow=spec.name, path=str(spec.path), text=spec.text,
                                       text_hash=spec.text_hash, seed=spec.seed,
                                       overrides=[list(o) for o in spec.overrides], versions=versions(self.registry))
@@ -535,7 +537,7 @@ class Runner:
         nulls = out.column(CLASS).null_count
         if not nulls:
             return self._check_claims(node, out, ctx, where), None
-        self._check_suppression(node, nulls, table.num_rows, where)
+        self._check_suppression(node, nulls, table.num_rows, where, partitioned=FRAGMENT in table.columns)
         if out.loaded:
             keep = pc.is_valid(out.data.column(CLASS))
             suppressed = out.replace(data=out.data.filter(pc.invert(keep)).drop_columns([CLASS]), claims={})
@@ -596,6 +598,11 @@ class Runner:
             for line in grouping.notes:
                 ctx.note(line)
             groups, sizes = grouping.groups, grouping.sizes
+            for other in ctx.inputs[1:]:
+                if CLASS in other.columns:  # e.g. refine's partition: its classes stay whole
+                    groups, sizes, note = keep_classes_together(groups, sizes, table, other, ctx)
+                    if note:
+                        ctx.note(note)
             done: dict[tuple[int, ...], FragmentResult] = {}
             issued = 0  # task numbers (and result files) stay unique across rounds
             while True:
@@ -610,8 +617,12 @@ class Runner:
                 bad = [i for i, g in enumerate(groups) if done[tuple(g)].infeasible]
                 if not bad:
                     break
-                if len(groups) == 1:
-                    raise InputError(str(done[tuple(groups[0])].infeasible), where=where)
+                if len(bad) == len(groups):
+                    # no group passes the algorithm's check (a parameter it refuses, or data too
+                    # poor even for the largest group): merging cannot help; say why, as unpartitioned
+                    first = done[tuple(groups[0])]
+                    raise InputError(str(first.infeasible) + ("" if len(groups) == 1 else
+                                     f" (in every one of the {len(groups)} fragment groups)"), where=where)
                 first = done[tuple(groups[bad[0]])]
                 ctx.note(f"{len(bad)} fragment group(s) failed {node.uses}'s check (fragments "
                          f"{'+'.join(map(str, first.fragments))}: {first.infeasible}); merged with a neighbour")
@@ -770,7 +781,7 @@ class Runner:
         return published.replace(claims=kept)
 
     @staticmethod
-    def _check_suppression(node: Node, suppressed: int, records: int, where: str) -> None:
+    def _check_suppression(node: Node, suppressed: int, records: int, where: str, partitioned: bool = False) -> None:
         """Hold an algorithm to its suppression cap (:meth:`Algorithm.suppression_cap`): one
         that does not declare ``suppresses`` may suppress nothing."""
         algo = node.plugin.obj
@@ -788,7 +799,9 @@ class Runner:
         param = algo.suppression_param
         raise RunError(f"{node.uses} would suppress {suppressed} of {records} records ({suppressed / records:.1%}), "
                        f"more than its cap {param} = {cap:g} allows ({limit} records); to accept that, raise the "
-                       f"cap: --set {node.name}.{param}={need:g} (or relax the privacy parameters)", where=where)
+                       f"cap: --set {node.name}.{param}={need:g} (or relax the privacy parameters"
+                       + (", or cut larger fragments: each fragment's leftovers are suppressed on their own"
+                          if partitioned else "") + ")", where=where)
 
     def _store_output(self, node: Node, typed: TypedTable, rec: dict[str, Any], run_id: str) -> None:
         art = self.store.put(typed, run_id=run_id, step=node.name)
