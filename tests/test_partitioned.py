@@ -378,7 +378,7 @@ def reference_fragments(keys: pd.DataFrame, strata: pd.DataFrame | None, limit: 
                 new[idx] = base
                 base += 1
                 continue
-            best = None      # the widest column cut evenly enough (a tenth of the records each side)
+            best = None      # the widest column cut evenly enough (a fiftieth of the records each side)
             fallback = None  # else the column cut most evenly
             for j in range(K.shape[1]):
                 v = K[idx, j]
@@ -393,7 +393,7 @@ def reference_fragments(keys: pd.DataFrame, strata: pd.DataFrame | None, limit: 
                 smaller = min(left, nf - left)
                 if not 0 < left < nf:
                     continue
-                if smaller >= 0.1 * nf and (best is None or width > best[0]):
+                if smaller >= 0.02 * nf and (best is None or width > best[0]):
                     best = (width, j, m, strict)
                 if fallback is None or smaller > fallback[0]:
                     fallback = (smaller, j, m, strict)
