@@ -664,8 +664,12 @@ class SampleStep(Builtin):
 
 # -- partition -------------------------------------------------------------------------
 
-#: the default largest fragment of the ``partition`` step (see anonflow/fragments.py)
-DEFAULT_MAX_RECORDS = 10_000
+#: the default largest fragment of the ``partition`` step (see anonflow/fragments.py): on Adult
+#: the smallest size at which maasae's, l-clustering's and the GCAs' paper metrics move by at
+#: most 2 % (relative) against a whole-table run, and at which maasae and l-clustering still run
+#: a million records in minutes on two cores; the MDAV family's SSE-IL moves more at any size
+#: below the whole table (docs/results.md, section 6)
+DEFAULT_MAX_RECORDS = 20_000
 
 
 class PartitionStep(Builtin):
