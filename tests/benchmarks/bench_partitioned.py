@@ -97,8 +97,8 @@ def workflow(case: str, data: Path, max_records: int | None, memory: str) -> dic
                        "scores": {"uses": "evaluate", "input": ["typed", "uniform"],
                                   "with": {"metrics": ["reconstruction-distance", "alpha-k-anonymity"]}},
                        "published": {"uses": "publish", "input": "uniform",
-                                     "with": {"publisher": "lossy-join", "qi_path": "gca-qi.parquet",
-                                              "sa_path": "gca-sa.parquet"}}}}
+                                     "with": {"publisher": "lossy-join", "path": "gca-scaled",
+                                              "format": "parquet"}}}}
         algo, typed = "uniform", "typed"
     w = absolute(copy.deepcopy(w))
     (src,) = w["sources"].values()
