@@ -170,6 +170,16 @@ def _strata(table: TypedTable, by: Sequence[str], ctx: StepContext) -> TypedTabl
                       f"FROM (SELECT {_q(ROW)}, {cols} FROM t)", ordered=False, t=table)
 
 
+def _aggregate(ctx: StepContext, query: str, order: str, **tables: TypedTable | pa.Table) -> pa.Table:
+    """A small result of a query over the whole table: run by DuckDB on all its threads
+    (counts, minima and maxima come out the same on any number), read back in ``order``."""
+    small = ctx.derive(query, **tables)
+    try:
+        return ctx.sql(f"SELECT * FROM r ORDER BY {order}", r=small)
+    finally:
+        ctx.discard(small)
+
+
 def _cut(frag: TypedTable, keys: TypedTable, cut: Sequence[str], limit: int,
          ctx: StepContext) -> tuple[TypedTable, int]:
     """Cut every fragment above ``limit`` records in two, level by level, until none is."""
@@ -177,7 +187,7 @@ def _cut(frag: TypedTable, keys: TypedTable, cut: Sequence[str], limit: int,
     ks = [f"_k{i}" for i in range(len(cut))]
     whole = ctx.sql("SELECT " + ", ".join(f"max({k}) - min({k})" for k in ks) + " FROM k", k=keys).to_pylist()[0]
     span = np.array([b if b else 1.0 for b in whole.values()], dtype=np.float64)
-    sizes = ctx.sql(f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1 ORDER BY 1", a=frag)
+    sizes = _aggregate(ctx, f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1", "f", a=frag)
     levels = 0
     while True:
         ids, n = sizes.column("f").to_numpy(), sizes.column("n").to_numpy()
@@ -197,7 +207,7 @@ def _cut(frag: TypedTable, keys: TypedTable, cut: Sequence[str], limit: int,
                          p=plan)
         ctx.discard(frag)
         frag = nxt
-        sizes = ctx.sql(f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1 ORDER BY 1", a=frag)
+        sizes = _aggregate(ctx, f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1", "f", a=frag)
         levels += 1
 
 
@@ -218,20 +228,31 @@ def _split_plan(frag: TypedTable, keys: TypedTable, ks: Sequence[str], ids: np.n
     records on each side, the first on a tie; when none does, the column cut most evenly."""
     f = _q(FRAGMENT)
     want = pa.table({"f": pa.array(ids[big])})
-    stats = ctx.sql(f"SELECT a.{f} AS f, " + ", ".join(
-        f"coalesce(max(k.{k}) - min(k.{k}), 0) AS w{i}, quantile_disc(k.{k}, 0.5) AS m{i}" for i, k in enumerate(ks))
-        + f" FROM a POSITIONAL JOIN k SEMI JOIN w ON a.{f} = w.f GROUP BY a.{f} ORDER BY a.{f}", a=frag, k=keys, w=want)
-    medians = {f"m{i}": stats.column(f"m{i}") for i in range(len(ks))}
-    counted = ctx.sql(f"SELECT a.{f} AS f, " + ", ".join(
-        f"count(*) FILTER (WHERE k.{k} < s.m{i}) AS lt{i}, count(*) FILTER (WHERE k.{k} <= s.m{i}) AS le{i}"
-        for i, k in enumerate(ks)) + f" FROM a POSITIONAL JOIN k JOIN s ON a.{f} = s.f GROUP BY a.{f} ORDER BY a.{f}",
-        a=frag, k=keys, s=pa.table({"f": stats.column("f"), **medians}))
-    nb = n[big]
+    # each column's distinct keys per fragment with their records (a plain GROUP BY, which
+    # DuckDB spills), their running count in key order, and the key holding position
+    # (n - 1) // 2 of the fragment's non-missing keys: the median, with the records below it
+    # (lt) and at most it (le), and the keys' range
+    names = ", ".join(f"k.{k}" for k in ks)
+    got = _aggregate(
+        ctx, f"WITH u AS (UNPIVOT (SELECT a.{f} AS f, {names} FROM a POSITIONAL JOIN k SEMI JOIN w ON a.{f} = w.f) "
+        f"ON {', '.join(ks)} INTO NAME col VALUE v), "
+        "c AS (SELECT f, col, v, count(*)::BIGINT AS c FROM u GROUP BY ALL), "
+        "s AS (SELECT f, col, v, c, sum(c) OVER (PARTITION BY f, col ORDER BY v ROWS BETWEEN UNBOUNDED PRECEDING "
+        "AND CURRENT ROW)::BIGINT AS cum, sum(c) OVER (PARTITION BY f, col)::BIGINT AS nn, "
+        "max(v) OVER (PARTITION BY f, col) - min(v) OVER (PARTITION BY f, col) AS w FROM c) "
+        "SELECT f, col, v AS m, cum - c AS lt, cum AS le, w FROM s "
+        "WHERE cum > (nn - 1) // 2 AND cum - c <= (nn - 1) // 2", "f, col", a=frag, k=keys, w=want)
     d = len(ks)
-    width = np.column_stack([stats.column(f"w{i}").to_numpy(zero_copy_only=False).astype(np.float64)
-                             for i in range(d)]) / span
-    lt = np.column_stack([counted.column(f"lt{i}").to_numpy() for i in range(d)])
-    le = np.column_stack([counted.column(f"le{i}").to_numpy() for i in range(d)])
+    nb = n[big]
+    row = np.searchsorted(ids[big], got.column("f").to_numpy())
+    col_of = {k: i for i, k in enumerate(ks)}
+    j = np.array([col_of[c] for c in got.column("col").to_pylist()], dtype=np.int64)
+    width, medians = np.zeros((nb.size, d)), np.zeros((nb.size, d))
+    lt, le = np.zeros((nb.size, d), dtype=np.int64), np.zeros((nb.size, d), dtype=np.int64)
+    width[row, j] = got.column("w").to_numpy(zero_copy_only=False).astype(np.float64) / span[j]
+    medians[row, j] = got.column("m").to_numpy(zero_copy_only=False).astype(np.float64)
+    lt[row, j] = got.column("lt").to_numpy()
+    le[row, j] = got.column("le").to_numpy()
     half = nb[:, None] / 2.0
     strict = (lt > 0) & ((np.abs(lt - half) <= np.abs(le - half)) | (le >= nb[:, None]))
     left = np.where(strict, lt, le)
@@ -243,8 +264,7 @@ def _split_plan(frag: TypedTable, keys: TypedTable, ks: Sequence[str], ids: np.n
                    np.argmax(np.where(ok, smaller, -1), axis=1))
     pos = ~ok.any(axis=1)
     rows = np.arange(col.size)
-    m = np.column_stack([stats.column(f"m{i}").to_numpy(zero_copy_only=False).astype(np.float64)
-                         for i in range(d)])[rows, col]
+    m = medians[rows, col]
     # new ids in fragment order: a fragment cut in two takes two consecutive ids
     count = np.where(big, 2, 1)
     base = np.cumsum(count) - count
@@ -266,7 +286,7 @@ def fragment_bounds(table: TypedTable, by: Sequence[str], cut: Sequence[str], ct
     parts += [f"any_value({_q(c)}) AS {_q(c)}" for c in by]
     for c in cut:
         parts += [f"min({_q(c)}) AS {_q(c + '_min')}", f"max({_q(c)}) AS {_q(c + '_max')}"]
-    return ctx.sql(f"SELECT {', '.join(parts)} FROM t GROUP BY {f} ORDER BY {f}", t=table)
+    return _aggregate(ctx, f"SELECT {', '.join(parts)} FROM t GROUP BY {f}", "fragment", t=table)
 
 
 # -- grouping fragments for an algorithm --------------------------------------------------
@@ -287,7 +307,7 @@ class Grouping:
 
 
 def fragment_sizes(table: TypedTable, ctx: StepContext) -> tuple[np.ndarray, np.ndarray]:
-    got = ctx.sql(f"SELECT {_q(FRAGMENT)}, count(*)::BIGINT FROM t GROUP BY 1 ORDER BY 1", t=table)
+    got = _aggregate(ctx, f"SELECT {_q(FRAGMENT)}, count(*)::BIGINT AS n FROM t GROUP BY 1", "1", t=table)
     return got.column(0).to_numpy(), got.column(1).to_numpy()
 
 
@@ -322,8 +342,8 @@ def fragment_groups(algo: Any, params: Mapping[str, Any], table: TypedTable, reg
     if isinstance(named, str) and named in table.columns and named not in keep:
         keep.append(named)
     cols = "".join(f", {_q(c)}" for c in keep)
-    freq = ctx.sql(f"SELECT {_q(FRAGMENT)}{cols}, count(*)::BIGINT AS _af_n FROM t GROUP BY ALL "
-                   "ORDER BY ALL NULLS LAST", t=table)
+    freq = _aggregate(ctx, f"SELECT {_q(FRAGMENT)}{cols}, count(*)::BIGINT AS _af_n FROM t GROUP BY ALL",
+                      "ALL NULLS LAST", t=table)
     of_row = np.searchsorted(ids, freq.column(0).to_numpy())
     weights = freq.column("_af_n").to_numpy()
     units = TypedTable(freq.drop_columns([FRAGMENT, "_af_n"]), table.typing, {}, table.hierarchies)
