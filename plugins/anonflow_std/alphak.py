@@ -97,6 +97,15 @@ def grading_bounds(grading: Grading) -> pa.Table:
                      "alpha": pa.array([r[2] for r in rows], pa.float64())})
 
 
+def counted_part(table: TypedTable) -> tuple[list[str], Any]:
+    """``(columns, relation)`` for :func:`table_counts_sql`: a table in the store is read by
+    DuckDB where it lies (the SQL leaves suppressed records out itself), not loaded."""
+    if not table.loaded and table.stored is not None:
+        return list(table.columns), table
+    data = published_part(table)
+    return data.column_names, data
+
+
 def published_part(table: TypedTable) -> pa.Table:
     """The records of ``table`` that are in a class (a null ``_class`` means suppressed)."""
     data = table.data
@@ -291,8 +300,8 @@ class AlphaKAnonymity(_AlphaCheck):
             raise InputError("alpha-k-anonymity needs 'alpha' (no algorithm claims one for this table)")
         if not 0 < alpha <= 1:
             raise InputError(f"parameter 'alpha' must be in (0, 1], got {alpha!r}")
-        data = published_part(anonymized)
-        row = alpha_report(ctx.sql, table_counts_sql(data.column_names, anonymized.typing.quasi, s),
+        columns, data = counted_part(anonymized)
+        row = alpha_report(ctx.sql, table_counts_sql(columns, anonymized.typing.quasi, s),
                            {"published": data}, k=k, alpha=alpha, missing=missing_marker(anonymized))
         self._missing_note(ctx, row, s)
         if row["worst_key"] is not None and row["violating"]:
@@ -340,8 +349,8 @@ class AlphaIKAnonymity(_AlphaCheck):
         s, k = self._resolve(anonymized, params)
         grading = grading_of(anonymized, s, self.name)
         per = params["per"] or anonymized.claims.get(self.name, {}).get("per") or "value"
-        data = published_part(anonymized)
-        row = alpha_report(ctx.sql, table_counts_sql(data.column_names, anonymized.typing.quasi, s),
+        columns, data = counted_part(anonymized)
+        row = alpha_report(ctx.sql, table_counts_sql(columns, anonymized.typing.quasi, s),
                            {"published": data}, k=k, grading=grading, per=per, missing=missing_marker(anonymized))
         self._missing_note(ctx, row, s)
         if row["worst_key"] is not None and row["violating"]:
@@ -427,8 +436,8 @@ class SensitivityDistance(Metric):
                 ctx: StepContext) -> dict[str, float]:
         s = sensitive_column(anonymized, params["sensitive"], self.name)
         grading = grading_of(anonymized, s, self.name)
-        data = published_part(anonymized)
-        counts = level_counts(ctx.sql, table_counts_sql(data.column_names, anonymized.typing.quasi, s),
+        columns, data = counted_part(anonymized)
+        counts = level_counts(ctx.sql, table_counts_sql(columns, anonymized.typing.quasi, s),
                               {"published": data}, grading, missing=missing_marker(anonymized))
         ds = sensitivity_distance(counts, grading, normalized=params["normalized"])
         top = min(params["levels"], grading.size)
@@ -528,8 +537,8 @@ class ReconstructionDistance(Metric):
         n = self.name
         if params["form"] == "lossy-join":
             s = sensitive_column(anonymized, params["sensitive"], self.name)
-            data = published_part(anonymized)
-            res = lossy_join_distance(ctx.sql, table_counts_sql(data.column_names, anonymized.typing.quasi, s),
+            columns, data = counted_part(anonymized)
+            res = lossy_join_distance(ctx.sql, table_counts_sql(columns, anonymized.typing.quasi, s),
                                       {"published": data})
             return {n: res["dis"], f"{n}.records": res["records"], f"{n}.classes": res["classes"],
                     **self._suppressed(res["dis"], res["records"], ctx)}
@@ -562,4 +571,4 @@ PLUGINS = [AlphaKAnonymity(), AlphaIKAnonymity(), SensitivityDistance(), Reconst
 
 __all__ = ["table_counts_sql", "flagged_counts_sql", "pair_counts_sql", "pair_consistency_sql", "alpha_report", "level_counts",
            "lossy_join_distance", "covered_values", "sensitive_column", "grading_of", "grading_bounds",
-           "published_part", "typed_input", "check_sensitive"]
+           "published_part", "counted_part", "typed_input", "check_sensitive"]
