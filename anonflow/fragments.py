@@ -389,9 +389,11 @@ def keep_classes_together(groups: list[list[int]], sizes: list[int], table: Type
                     f"ON x.{_q(ROW)} = t.{_q(ROW)} WHERE x.{_q(CLASS)} IS NOT NULL ORDER BY 1, 2", x=other, t=table)
     if pairs.num_rows == 0:
         return groups, sizes, None
-    group_of = {f: g for g, members in enumerate(groups) for f in members}
+    frags = np.array([f for members in groups for f in members], dtype=np.int64)
+    group_of = np.zeros(int(frags.max()) + 1, dtype=np.int64)
+    group_of[frags] = np.repeat(np.arange(len(groups)), [len(m) for m in groups])
     c = pairs.column("c").to_numpy()
-    g = np.array([group_of[int(f)] for f in pairs.column("f").to_pylist()], dtype=np.int64)
+    g = group_of[pairs.column("f").to_numpy()]
     same = np.flatnonzero(c[1:] == c[:-1])
     if same.size == 0 or np.all(g[same] == g[same + 1]):
         return groups, sizes, None
