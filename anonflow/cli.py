@@ -39,6 +39,7 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
         debug = bool(ctx.find_root().params.get("debug")) or bool(os.environ.get("ANONFLOW_DEBUG"))
+        as_json = bool(ctx.params.get("as_json"))
         try:
             return fn(*args, **kwargs)
         except AnonflowError as exc:
@@ -48,8 +49,13 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             run_id = getattr(exc, "run_id", None)
             if run_id:
                 message += f" (run {run_id} recorded as failed)"
+            if as_json:
+                _json_failure(exc.message, exc.where, exc.exit_code, type(exc).__name__, run_id,
+                              getattr(exc, "steps", None))
             raise CLIError(message, exc.exit_code) from None
         except KeyboardInterrupt:
+            if as_json:
+                _json_failure("interrupted", None, 130, "KeyboardInterrupt", None, None)
             raise CLIError("interrupted", 130) from None
         except DatabaseError as exc:  # the store failed under us: damaged, truncated, disk full
             if debug:
@@ -57,8 +63,23 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             from .store import damaged
 
             db = ctx.params.get("db") or DEFAULT_DB
-            raise CLIError(damaged(Path(str(db)), exc), 1) from None
+            message = damaged(Path(str(db)), exc)
+            if as_json:
+                _json_failure(message, None, 1, "StoreError", None, None)
+            raise CLIError(message, 1) from None
     return wrapper
+
+
+def _json_failure(error: str, where: str | None, exit_code: int, kind: str, run_id: str | None,
+                  steps: list | None) -> None:
+    """With ``--json``, a failure still prints one JSON object on stdout (the one-line message
+    goes to stderr as always): ``{"status": "failed", "error", "where", "kind", "exit_code",
+    "run_id", "steps"}`` -- ``run_id`` when the run was recorded, ``steps`` those that ran."""
+    out: dict[str, Any] = {"status": "failed", "error": error, "where": where or None, "kind": kind,
+                           "exit_code": exit_code, "run_id": run_id}
+    if steps is not None:
+        out["steps"] = steps
+    _echo_json(out)
 
 
 def _echo_json(data: Any) -> None:
@@ -91,6 +112,37 @@ def _overrides_text(overrides: list, sep: str = " ") -> str:
 def _rows_text(rows: int | None) -> str:
     """``"1080 rows, "`` for a published table; nothing for a file that is not one (rows None)."""
     return "" if rows is None else f"{rows} rows, "
+
+
+def _step_uses(s: dict[str, Any]) -> str:
+    """What ran a recorded step, for ``runs`` and ``lineage``: ``typing: anonflow 0.1.0``,
+    ``publish: csv 0.1.0 (anonflow-std, code 1a2b3c4d5e6f)``, ``evaluate: k-anonymity 0.1.0,
+    sse-il 0.1.0 (...)``. The plugins the step itself names come first; the metrics an
+    algorithm's claims were checked with are listed after a ``checked with``."""
+    plugins = s.get("plugins") or []
+    own = {"algorithm": "algorithm", "publish": "publisher", "evaluate": "metric", "hierarchy": "hierarchy"}
+    main = [p for p in plugins if p.get("kind") == own.get(s["kind"])]
+    if s["kind"] == "algorithm":
+        main = [p for p in main if p.get("name") == s["uses"]] or main
+    rest = [p for p in plugins if p not in main]
+
+    def show(ps: list[dict[str, Any]]) -> str:
+        by: dict[tuple[str, str], list[str]] = {}
+        for p in ps:
+            by.setdefault((str(p.get("distribution")), str(p.get("code") or "")[:12]), []).append(
+                f"{p.get('name')} {p.get('version')}")
+        return "; ".join(f"{', '.join(names)} ({dist}, code {code or '-'})" for (dist, code), names in by.items())
+
+    if not main:
+        text = f"{s['kind']}: {s['uses']} {s['plugin_version']}" if s["kind"] == "source" else \
+            (f"{s['kind']}: anonflow {s['plugin_version']}" if s["uses"] == s["kind"] else
+             f"{s['kind']}: {s['uses']} (anonflow {s['plugin_version']})") if s["kind"] != "algorithm" else \
+            f"{s['kind']}: {s['uses']} {s['plugin_version']}"
+    else:
+        text = f"{s['kind']}: {show(main)}"
+    if rest:
+        text += f"; checked with {show(rest)}" if s["kind"] == "algorithm" else f"; also {show(rest)}"
+    return text
 
 
 def _display_path(path: str) -> str:
@@ -275,14 +327,19 @@ def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: 
 @click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
 @_guard
 def plugins(as_json: bool) -> None:
-    """List every registered plugin with its kind, version and distribution."""
+    """List every registered plugin with its kind, version, distribution and code digest
+    (the sha256 of its package's files, the first 12 digits here: a changed plugin is never
+    served from the step cache, even without a version bump)."""
+    from .codehash import engine_digest, short
+
     registry = get_registry()
     if as_json:
         _echo_json([r.to_json() for r in registry])
         return
+    click.echo(f"anonflow {__version__}, code {short(engine_digest())}")
     for r in registry:
-        click.echo(f"{r.kind:<10} {r.name:<22} {r.version:<8} {r.distribution} {r.distribution_version}"
-                   f"  {r.obj.description}")
+        click.echo(f"{r.kind:<10} {r.name:<22} {r.version:<8} {r.distribution} {r.distribution_version} "
+                   f"code {short(r.code)}  {r.obj.description}")
         for p in r.obj.params:
             click.echo(f"{'':<33}{p.describe()}" + (f" - {p.help}" if p.help else ""))
 
@@ -328,8 +385,7 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
             click.echo(f"  error: {run_rec['error']}")
         for s in detail["steps"]:
             cached = f" (reused from {s['cached_from']})" if s["cached_from"] else ""
-            click.echo(f"  {s['position'] + 1:>2}. {s['step']} [{s['kind']}: {s['uses']} {s['plugin_version']}] "
-                       f"{s['status']}{cached}")
+            click.echo(f"  {s['position'] + 1:>2}. {s['step']} [{_step_uses(s)}] {s['status']}{cached}")
             if s["kind"] != "source":
                 click.echo(f"      params: {json.dumps(s['params'], sort_keys=True, default=str)}")
             for i in s["inputs"] or []:
@@ -364,7 +420,7 @@ def lineage(target: str, db: str, run_id: str | None, as_json: bool) -> None:
         return
     for depth, s in chain:
         pad = "  " * depth
-        head = f"{pad}{s['step']} [{s['kind']}: {s['uses']} {s['plugin_version']}] run {s['run_id']}"
+        head = f"{pad}{s['step']} [{_step_uses(s)}] run {s['run_id']}"
         if s.get("cached_from"):
             head += f" (reused from {s['cached_from']})"
         click.echo(head)
@@ -563,6 +619,11 @@ def hierarchy_show(target: str, column: str | None, db: str, run_id: str | None,
         click.echo("  ".join(r[f"level{i}"].ljust(w) for i, w in enumerate(widths)))
     if len(shown) < len(rows):
         click.echo(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
+
+
+from .scaffold import new_plugin  # noqa: E402  (anonflow new-plugin NAME)
+
+main.add_command(new_plugin)
 
 
 if __name__ == "__main__":  # pragma: no cover

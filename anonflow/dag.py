@@ -255,8 +255,11 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
                 raise type(exc)(exc.message, where=exc.where or where) from None
             out[name] = {"notes": notes}
         for name in plan.order:
+            load = (lambda step: scratch.get(tables[step]["output_table"]))
             if plan.nodes[name].kind == "evaluate":
-                _check_metrics(plan, registry, name, ready, lambda step: scratch.get(tables[step]["output_table"]))
+                _check_metrics(plan, registry, name, ready, load)
+            elif plan.nodes[name].kind == "publish":
+                _check_publisher(plan, registry, name, ready, load)
     finally:
         scratch.close()
     return out
@@ -265,6 +268,37 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
 #: steps that keep the typing of their (first) input: a metric's check may read the typing
 #: of the table that goes into them in place of their output, which does not exist at plan time.
 KEEPS_TYPING = ("algorithm", "filter", "sample", "partition")
+
+
+def _typed_upstream(plan: Plan, step: str, ready: list[str]) -> str | None:
+    """The previewed step whose typing ``step``'s output keeps (through algorithms, filters,
+    samples and partitions), or None."""
+    while step not in ready and plan.nodes[step].kind in KEEPS_TYPING and plan.nodes[step].inputs:
+        step = plan.nodes[step].inputs[0]
+    return step if step in ready else None
+
+
+def _check_publisher(plan: Plan, registry: Registry, name: str, ready: list[str], load) -> None:
+    """Call the publisher's :meth:`~anonflow.api.Plugin.check` of publish step ``name`` with
+    ``table=`` (its input, when a preparation step produces it) or ``typed=`` (the previewed
+    table whose typing its input keeps), as :func:`_check_metrics` does for metrics."""
+    node = plan.nodes[name]
+    where = plan.spec.where(f"step {name!r}")
+    anon = node.inputs[0]
+    if anon in ready:
+        tables = {"table": load(anon)}
+    else:
+        up = _typed_upstream(plan, anon, ready)
+        if up is None:
+            return
+        tables = {"typed": load(up)}
+    own, reg, rest = BUILTINS["publish"].validate_all(node.params, registry, where)
+    try:
+        reg.obj.check(rest, **tables)
+    except AnonflowError as exc:
+        raise InputError(f"publisher {reg.name!r}: {exc.message}", where=where) from None
+    except Exception:  # noqa: BLE001 - a check written for the run's table only; the run will tell
+        return
 
 
 def _check_metrics(plan: Plan, registry: Registry, name: str, ready: list[str], load) -> None:

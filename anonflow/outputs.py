@@ -12,11 +12,20 @@ trusted. Two layers keep them in bounds:
   and, if something is already there, it must be a file this store published earlier and that
   nobody has changed since (same path and sha256, as recorded in ``af_outputs``). Everything
   else the user owns is never written over.
+
+A run publishes all or nothing. When a publisher resolves a path that holds an earlier
+run's file (or folder), the guard first moves it aside into a private folder inside the
+output folder; if the run then fails (a later publish step, a release that cannot be
+written, an interrupt), :meth:`OutputGuard.rollback` removes what this run wrote and moves
+the earlier files back, so a failed run leaves earlier results as they were.
+:meth:`OutputGuard.commit` drops the moved-aside copies once the run has succeeded.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Callable, Iterable
 
@@ -71,6 +80,11 @@ class OutputGuard:
         self.written: dict[str, str] = {}
         #: the publish step now running (set by the runner)
         self.step: str | None = None
+        #: paths resolved by publish steps in this run, in order (they may have been written)
+        self.resolved: list[str] = []
+        #: path -> where its earlier content was moved aside (see :meth:`rollback`)
+        self.moved: dict[str, str] = {}
+        self._aside: Path | None = None
 
     def resolve(self, text: str, *, check_existing: bool = True) -> Path:
         check_output_path(text, where="publish", param="path")
@@ -92,7 +106,66 @@ class OutputGuard:
                                  "published earlier in this run; give each publish step its own path")
         if check_existing:
             self._check_existing(text, path)
+        if self.step is not None:  # a publisher is about to write: keep what is there until the run succeeds
+            self._set_aside(path)
         return path
+
+    def _set_aside(self, path: Path) -> None:
+        key = str(path)
+        if any(inside(key, done) for done in self.resolved):
+            return  # resolved before in this run, or inside a folder that was: all there is this run's
+        self.resolved.append(key)
+        if not (path.exists() or path.is_symlink()):
+            return
+        if self._aside is None:
+            self._aside = self.out_dir / f".anonflow-previous-{secrets.token_hex(6)}"
+            self._aside.mkdir(mode=0o700)
+        target = self._aside / str(len(self.moved))
+        os.replace(path, target)
+        self.moved[key] = str(target)
+
+    def rollback(self) -> list[str]:
+        """Undo this run's publishing (the run failed): remove every file or folder the publish
+        steps resolved, then move the earlier content back. Returns the paths restored."""
+        for key in reversed(self.resolved):
+            p = Path(key)
+            if p.is_symlink() or p.is_file():
+                p.unlink()
+            elif p.is_dir():
+                shutil.rmtree(p)
+            self._prune_empty(p.parent)
+        restored = []
+        for key, target in self.moved.items():
+            Path(key).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(target, key)
+            restored.append(key)
+        self._finish()
+        return restored
+
+    def commit(self) -> None:
+        """The run succeeded: drop the earlier content moved aside (restoring any a publisher
+        resolved but did not write again)."""
+        for key, target in self.moved.items():
+            if not (os.path.lexists(key)):
+                os.replace(target, key)
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._aside is not None:
+            shutil.rmtree(self._aside, ignore_errors=True)
+        self._aside = None
+        self.moved = {}
+        self.resolved = []
+
+    def _prune_empty(self, folder: Path) -> None:
+        """Remove folders left empty under the output folder (created for a file now removed)."""
+        out = str(self.out_dir)
+        while inside(str(folder), out) and str(folder) != out:
+            try:
+                folder.rmdir()
+            except OSError:
+                return
+            folder = folder.parent
 
     def _check_existing(self, text: str, path: Path) -> None:
         from .api import file_sha256

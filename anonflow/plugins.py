@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import pluggy
 
 from . import hookspecs
+from .codehash import code_digest
 from .api import Algorithm, HierarchyBuilder, Metric, Plugin, Publisher
 from .errors import PluginError, WorkflowError
 from .params import Param, suggest
@@ -47,11 +48,26 @@ class Registered:
     distribution: str
     distribution_version: str
 
+    @property
+    def code(self) -> str:
+        """The sha256 of the code this plugin runs: every file of the top-level package of the
+        module that registered it and of the one that defines its class (the same package
+        unless a plugin registers a class it imports from elsewhere), read where the modules
+        are imported from (see :mod:`anonflow.codehash`)."""
+        return code_digest(self.module, type(self.obj).__module__)
+
+    def describe(self) -> dict[str, str]:
+        """What a step record keeps of a plugin it used: kind, name, version, distribution and
+        code digest."""
+        return {"kind": self.kind, "name": self.name, "version": self.version,
+                "distribution": self.distribution, "code": self.code}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "name": self.name,
             "version": self.version,
+            "code": self.code,
             "description": self.obj.description,
             "module": self.module,
             "distribution": self.distribution,
@@ -74,7 +90,8 @@ class Registry:
             caller = getattr(pm.hook, hook_name)
             for impl in caller.get_hookimpls():
                 dist_name, dist_version = dists.get(impl.plugin_name, ("(not installed)", ""))
-                module = getattr(impl.plugin, "__name__", impl.plugin_name)
+                # a module registers itself; an object registers from its class's module
+                module = getattr(impl.plugin, "__name__", None) or type(impl.plugin).__module__
 
                 def register(obj: Any, _kind=kind, _module=module, _dn=dist_name, _dv=dist_version) -> None:
                     self._add(_kind, obj, _module, _dn, _dv)

@@ -7,6 +7,7 @@ import hashlib
 import math
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,8 @@ from .builtins import BUILTINS
 from .dag import Node, Plan, build_plan
 from .errors import AnonflowError, InputError, PluginError, RunError
 from .lineage import canonical_json
-from .plugins import Registry, get_registry
+from .codehash import engine_digest
+from .plugins import Registered, Registry, get_registry
 from .executors import (Executor, ExecutorSpec, FragmentResult, FragmentTask, WorkFolder, run_all,
                         start_executor)
 from .fragments import describe_sizes, fragment_groups, keep_classes_together, merge_neighbours
@@ -91,7 +93,47 @@ def versions(registry: Registry) -> dict[str, Any]:
         "pyarrow": pyarrow.__version__, "numpy": np.__version__, "networkx": networkx.__version__,
         "pluggy": pluggy.__version__, "store_schema": SCHEMA_VERSION,
         "plugins": {f"{r.kind}:{r.name}": f"{r.distribution} {r.version}" for r in registry},
+        # the code itself: a plugin fixed without a version bump still shows (anonflow.codehash)
+        "code": {"anonflow": engine_digest(), "plugins": {f"{r.kind}:{r.name}": r.code for r in registry}},
     }
+
+
+def step_plugins(node: Node, registry: Registry) -> list[Registered]:
+    """The plugins whose code a step runs: an algorithm's own plugin and the privacy metrics
+    of its claims; and every registered plugin a step's parameters name (keys or values, at
+    any depth): an evaluate step's metrics, a publisher, hierarchy builders, the lattice's
+    model and utility metrics. A value that merely looks like a plugin's name adds that plugin
+    too, which can only make the fingerprint stricter."""
+    found: dict[tuple[str, str], Registered] = {}
+    if node.plugin is not None:
+        found[(node.plugin.kind, node.plugin.name)] = node.plugin
+        try:
+            claimed = list(node.plugin.obj.claims(node.params) or {})
+        except Exception:  # noqa: BLE001 - the run reports a broken claims(); here it only adds names
+            claimed = []
+        for name in claimed:
+            if registry.has("metric", str(name)):
+                found[("metric", str(name))] = registry.get("metric", str(name))
+    if node.kind == "source":
+        return list(found.values())
+    names: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            names.add(value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(k)
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+
+    walk(node.params)
+    for reg in registry:
+        if reg.name in names and reg.kind != "algorithm":
+            found[(reg.kind, reg.name)] = reg
+    return [found[k] for k in sorted(found)]
 
 
 def relative_paths(value: Any, base: Path) -> Any:
@@ -317,6 +359,11 @@ class Runner:
                 if (rec.get("summary") or {}).get("suppressed") is not None:
                     result.steps[-1]["suppressed"] = rec["summary"]["suppressed"]
         except BaseException as exc:
+            try:  # publish all or nothing: what this run wrote goes, earlier files come back
+                guard.rollback()
+            except OSError as undo:
+                sys.stderr.write(f"anonflow: warning: could not restore the files published before this run: {undo}; "
+                                 f"what was moved aside is kept in {guard.out_dir}/.anonflow-previous-*\n")
             memory = _out_of_memory(exc)
             if memory is not None:
                 exc = RunError(f"out of memory ({memory}); DuckDB's memory limit is {self.store.memory_limit}: "
@@ -333,9 +380,14 @@ class Runner:
                     raise
             self.store.finish_run(run_id, "failed", str(exc))
             exc.run_id = run_id  # type: ignore[attr-defined]
+            if name and not any(st["step"] == name for st in result.steps) and name in plan.nodes:
+                failed = plan.nodes[name]
+                result.steps.append({"step": name, "kind": failed.kind, "uses": failed.uses, "status": "failed"})
+            exc.steps = result.steps  # type: ignore[attr-defined]  # those that ran, for --json
             raise exc
         finally:
             self._close_executor()
+        guard.commit()
         self.store.finish_run(run_id, "succeeded")
         result.status = "succeeded"
         result.metrics = self.store.metrics(run_id)
@@ -351,7 +403,8 @@ class Runner:
         where = spec.where(f"{'source' if node.kind == 'source' else 'step'} {node.name!r}")
         seed = step_seed(spec.seed, node.name)
         rec: dict[str, Any] = {"step": node.name, "position": position, "kind": node.kind, "uses": node.uses,
-                               "plugin_version": node.version, "params": node.params, "seed": seed}
+                               "plugin_version": node.version, "params": node.params, "seed": seed,
+                               "plugins": self._plugins(node)}
         t0 = time.perf_counter()
 
         if node.kind == "source":
@@ -813,7 +866,9 @@ class Runner:
 
     def _fingerprint(self, node: Node, input_hashes: list[str], seed: int, base: Path) -> str:
         # files named in parameters count by their path relative to the workflow's folder (their
-        # content hashes are parameters too), so a moved checkout keeps its fingerprints
+        # content hashes are parameters too), so a moved checkout keeps its fingerprints. The
+        # code counts as well: anonflow's own and that of every plugin the step uses, so a
+        # plugin fixed without a version bump is run again rather than served from the cache.
         params = node.params
         if node.kind == "publish" and self.registry.has("publisher", str(params.get("publisher", ""))):
             secret = getattr(self.registry.get("publisher", params["publisher"]).obj, "secret_params", ())
@@ -822,7 +877,14 @@ class Runner:
             "kind": node.kind, "uses": node.uses, "version": node.version,
             "params": relative_paths(params, base),
             "inputs": input_hashes, "seed": seed, "store_schema": SCHEMA_VERSION,
+            "code": {"anonflow": engine_digest(),
+                     "plugins": {f"{p['kind']}:{p['name']}": p["code"] for p in self._plugins(node)}},
         }).encode()).hexdigest()
+
+    def _plugins(self, node: Node) -> list[dict[str, str]]:
+        """:func:`step_plugins` as the step record keeps them (kind, name, version,
+        distribution, code digest)."""
+        return [r.describe() for r in step_plugins(node, self.registry)]
 
     def store_sql(self, query: str, params: list[Any] | None = None, **tables: Any) -> Any:
         return self.store.sql(query, params, **tables)

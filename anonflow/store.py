@@ -113,6 +113,11 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- rows is NULL for a file that is not a table (a release's manifest.json, report.html)
         ALTER TABLE af_outputs ALTER COLUMN rows DROP NOT NULL;
     """),
+    ("the plugins each step ran", """
+        -- [{"kind", "name", "version", "distribution", "code"}]: every plugin whose code the
+        -- step ran, with the sha256 of its package's files (anonflow.codehash)
+        ALTER TABLE af_step_runs ADD COLUMN plugins JSON;
+    """),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -957,10 +962,10 @@ class Store:
                     outputs: Iterable[dict[str, Any]] = (), lineage: Iterable[tuple[str, str]] = ()) -> None:
         """Record one step run with its metric values, output files and lineage edges, atomically."""
         cols = ["position", "kind", "uses", "plugin_version", "params", "seed", "fingerprint", "inputs",
-                "output_table", "output_hash", "rows", "seconds", "status", "cached_from", "summary", "error"]
+                "output_table", "output_hash", "rows", "seconds", "status", "cached_from", "summary", "error", "plugins"]
         values = [rec.get(c) for c in cols]
         for i, c in enumerate(cols):
-            if c in ("params", "inputs", "summary") and values[i] is not None:
+            if c in ("params", "inputs", "summary", "plugins") and values[i] is not None:
                 values[i] = _json(values[i])
         self.con.execute("BEGIN TRANSACTION")
         try:
@@ -1002,7 +1007,7 @@ class Store:
         out = []
         for row in cur.fetchall():
             rec = dict(zip(names, row))
-            for key in ("params", "inputs", "summary", "overrides", "versions", "typing", "claims"):
+            for key in ("params", "inputs", "summary", "overrides", "versions", "typing", "claims", "plugins"):
                 if isinstance(rec.get(key), str):
                     rec[key] = json.loads(rec[key])
             out.append(rec)
