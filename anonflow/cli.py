@@ -238,11 +238,12 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
         _echo_json(result.to_json())
         return
     click.echo(f"run {result.run_id}: {spec.name} {result.status} (store: {db})")
+    width = max([12, *(len(s["uses"]) for s in result.steps)])
     for s in result.steps:
         extra = f", {s['rows']} rows" if s.get("rows") is not None else ""
         if s.get("suppressed") is not None:
             extra += f", {s['suppressed']} suppressed"
-        click.echo(f"  {s['step']:<16} {s['uses']:<12} {s['status']:<9} {s['seconds']:.2f}s{extra}")
+        click.echo(f"  {s['step']:<16} {s['uses']:<{width}} {s['status']:<9} {s['seconds']:.2f}s{extra}")
         for note in s.get("notes") or []:
             click.echo(f"  {'':<16} note: {note}")
     if result.metrics:
@@ -455,7 +456,8 @@ def _release_publisher(name: str = "release") -> Any:
               help="Store to record the re-run in (default: a scratch store, removed afterwards).")
 @click.option("--sources", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder the sources' recorded paths are relative to (the workflow file's folder; default: "
-                   "the folder above the release's output folder, if it holds them all).")
+                   "the folder above the release's output folder, if it holds them all); a file missing there, "
+                   "or a source recorded by absolute path, is looked for by its file name in it.")
 @click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Public key file (KEY.pub from 'anonflow keygen KEY'): check the release's signature with it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
@@ -493,8 +495,10 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
                 click.echo(f"{'ok  ' if item['ok'] else 'FAIL'}  {item['what']}: {item['detail']}")
         bad = sum(not i["ok"] for i in result["findings"])
         if result["ok"]:
+            same_tables = (result.get("rerun") or {}).get("verdict") == "same-tables-different-code"
             click.echo(f"release {release} verified: {len(result['findings'])} checks hold"
-                       + (", the re-run reproduces it byte for byte" if rerun else ""))
+                       + ((", the re-run with other versions or code publishes the same tables" if same_tables else
+                           ", the re-run reproduces it byte for byte") if rerun else ""))
         else:
             click.echo(f"release {release} does NOT verify: {bad} of {len(result['findings'])} checks failed")
     if not result["ok"]:

@@ -794,8 +794,11 @@ class Release(Publisher):
             params["path"] = path
         else:
             inputs = [{"name": i.get("name"), "hash": i.get("hash")} for i in s.get("inputs") or []]
+        rec_params = relative_paths(params, base)
+        if s["kind"] == "source":  # as the workflow names it (an absolute path stays absolute)
+            rec_params["path"] = params["path"]
         rec = {"step": s["step"], "position": s["position"], "kind": s["kind"], "uses": s["uses"],
-               "plugin_version": s["plugin_version"], "params": relative_paths(params, base),
+               "plugin_version": s["plugin_version"], "params": rec_params,
                "seed": s["seed"], "fingerprint": s["fingerprint"], "inputs": inputs,
                "output_hash": s.get("output_hash"), "rows": s.get("rows")}
         summary = s.get("summary") or {}
@@ -858,7 +861,10 @@ def _unsigned_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def declared_sources(text: str) -> dict[str, str]:
-    """Each source's file as the workflow file writes it (relative to the workflow's folder)."""
+    """Each source's file as the workflow file writes it: relative to the workflow's folder, or
+    an absolute path kept as written (``verify --rerun`` then finds it at that path, or by its
+    file name in ``--sources DIR``; recording it relative, as ``../../..``, named a file that
+    never existed once the release was read from anywhere else)."""
     import yaml
 
     try:
@@ -869,8 +875,8 @@ def declared_sources(text: str) -> dict[str, str]:
     for name, spec in ((data.get("sources") or {}) if isinstance(data, dict) else {}).items():
         file = spec if isinstance(spec, str) else (spec.get("path") if spec.get("path") is not None else spec.get("db")
                                                    ) if isinstance(spec, dict) else None
-        if isinstance(file, str) and not os.path.isabs(file):
-            out[str(name)] = file.replace(os.sep, "/")
+        if isinstance(file, str) and file and "\0" not in file:
+            out[str(name)] = file if os.path.isabs(file) else file.replace(os.sep, "/")
     return out
 
 
@@ -879,7 +885,10 @@ def _source_path(name: str, path: str | None, base: Path, declared: Mapping[str,
         return None
     if name in declared:
         return declared[name]
-    return os.path.relpath(path, base).replace(os.sep, "/")
+    rel = os.path.relpath(path, base).replace(os.sep, "/")
+    # a file outside the workflow's folder, not named as written (the text cannot be read):
+    # its absolute path, not a '../..' chain that only holds from where the run was made
+    return rel if relative_inside(rel) is not None else Path(path).as_posix()
 
 
 def _matplotlib_version() -> str:

@@ -8,8 +8,10 @@ the published columns against the typing, the metric verdicts, and the signature
 privacy checks, derived from what the release claims (:mod:`anonflow_std.checks`) and run on
 the published files alone (:func:`anonflow_std.release.run_file_checks`), against the
 manifest's record; (3) with ``rerun``, the recorded workflow re-run confined to a scratch
-folder holding copies of the recorded, hash-pinned files only, and every manifest field and
-file compared. Each result is a finding ``{ok, what, detail}``; see docs/releases.md.
+folder holding copies of the recorded, hash-pinned files only (a source named by absolute
+path: at that path, or by its file name in ``--sources DIR``, see :func:`_locate`), and every
+manifest field and file compared; with other versions or code, the published files as tables
+(:func:`_compare_rerun`). Each result is a finding ``{ok, what, detail}``; see docs/releases.md.
 """
 
 from __future__ import annotations
@@ -37,16 +39,20 @@ from anonflow.api import CLASS, InputError, file_sha256
 from anonflow.lineage import canonical_json
 
 from .checks import claim_checks, derive_checks, show_value, threshold_misses, verdict
-from .release import (FILE_FIELDS, LOSSY_KEY, MANIFEST, MANIFEST_FIELDS, MANIFEST_RECORDS, PLAIN_NAME, SCHEMA_VERSION,
-                      SIGN_EXTRA, SIGNATURE, crypto, csv_difference, field_digests, file_entry, file_rows, integrity,
-                      json_digest, key_fingerprint, load_manifest, load_public_key, manifest_bytes, not_regular,
-                      open_regular, plain, read_parquet, regular_sha256, relative_inside, run_file_checks)
+from .release import (FILE_FIELDS, LOSSY_KEY, MANIFEST, MANIFEST_FIELDS, MANIFEST_RECORDS, PLAIN_NAME,
+                      SCHEMA_VERSION, SIGN_EXTRA, SIGNATURE, crypto, csv_difference, field_digests, file_entry,
+                      file_rows, integrity, declared_sources, json_digest, key_fingerprint, load_manifest,
+                      load_public_key, manifest_bytes, not_regular, open_regular, plain, read_parquet,
+                      regular_sha256, relative_inside, run_file_checks)
 from .report import params_text
 
 
 class Findings:
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
+        #: with --rerun: ``{"verdict": identical | same-tables-different-code | different | failed |
+        #: not-attempted, "versions": [...], "code": [...]}`` (see :func:`_compare_rerun`)
+        self.rerun: dict[str, Any] | None = None
 
     def add(self, ok: bool, what: str, detail: str, show: bool = False) -> None:
         """``show``: a finding verify prints even when it holds (the signature status, the
@@ -211,6 +217,7 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
     # 3. re-run
     if rerun:
         _rerun(release, manifest, f, registry, db=db, sources=sources)
+        return {"release": str(release), "ok": f.ok, "signature": signature, "findings": f.items, "rerun": f.rerun}
     return {"release": str(release), "ok": f.ok, "signature": signature, "findings": f.items}
 
 
@@ -496,6 +503,56 @@ def _check_signature(release: Path, manifest: Mapping[str, Any], public_key: Any
     return {"status": "valid", "public_key_sha256": fp}
 
 
+#: folders whose "regular files" are not files a workflow reads (kernel interfaces): an
+#: absolute recorded path under them is never opened, not even to hash it
+SYSTEM_FOLDERS = ("/proc", "/sys", "/dev")
+
+
+def _locate(wanted: Mapping[str, Mapping[str, Any]], base: Path | None,
+            given: bool) -> tuple[dict[str, tuple[Path | None, str, str]], list[str]]:
+    """Where each source recorded *outside* the workflow's folder (an absolute path, or one
+    climbing out with ``..``) is read: ``{recorded path: (folder, name in it, as shown)}``,
+    and the reasons some cannot be read (then nothing is run).
+
+    The rule, and why it is safe for someone else's (hostile) manifest:
+
+    - with ``--sources DIR`` (``given``): only ``DIR/<its file name>``; the recorded path itself
+      is never opened. The user named the folder, and nothing outside it is read.
+    - without it, an *absolute* recorded path is opened where it is, as the workflow named it
+      (the custodian re-running a release on the machine that made it needs no option). It is
+      only hashed (streamed) where it lies, as a regular file (a symbolic link, FIFO or device
+      is not opened, and nothing under /proc, /sys or /dev), and used only when its sha256 is
+      the one recorded: so the re-run never takes in data that is not the release's own
+      source, the file is not copied, and verify never prints the digest of a file that does
+      not match (a hostile manifest naming /home/you/secret learns nothing; the person
+      running verify sees only that the recorded file is not there). Reading a file to hash it
+      is the only thing such a manifest can make verify do.
+    - a relative path that climbs out of the workflow's folder (``../data/x.csv``) is relative
+      to a folder verify can only guess: it is read only with ``--sources DIR``, as
+      ``DIR/<its file name>`` (folders further up are never searched)."""
+    located: dict[str, tuple[Path | None, str, str]] = {}
+    reasons: list[str] = []
+    for key, info in wanted.items():
+        if not info.get("outside"):
+            continue
+        name = info["name"]
+        if given:
+            if base is not None and not_regular(base / name) == "does not exist":
+                reasons.append(f"{info['what']} is {key!r}, a path leaving the workflow's folder, and --sources {base} "
+                               f"holds no {name} (such a source is read, with --sources DIR, only as DIR/{name})")
+            located[key] = (base, name, f"{name} in {base}")
+        elif posixpath.isabs(key):
+            folder = os.path.realpath(posixpath.dirname(posixpath.normpath(key)))
+            if any(folder == d or folder.startswith(d + "/") for d in SYSTEM_FOLDERS):
+                reasons.append(f"{info['what']} is {key!r}, in a system folder ({folder}): not read")
+            else:
+                located[key] = (Path(folder), name, key)
+        else:
+            reasons.append(f"{info['what']} is {key!r}, a path leaving the workflow's folder (relative to a folder "
+                           f"verify can only guess): give the folder that holds {name} with --sources DIR")
+    return located, reasons
+
+
 def sources_base(release: Path, manifest: Mapping[str, Any], given: Path | None) -> tuple[Path | None, str]:
     """The workflow file's folder, against which the recorded files resolve, and a sentence
     saying which folder it is and why (or, when there is none, why not).
@@ -557,17 +614,46 @@ def diff_json(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     return [] if a == b and type(a) is type(b) else [(path, a, b)]
 
 
+def outside_source(path: Any) -> str | None:
+    """The file name of a source recorded outside the workflow's folder, as the workflow names
+    it (an absolute POSIX path, or a relative one climbing out with ``..``), or None when
+    ``path`` is not such a path (inside the folder, a drive path, empty, NUL bytes, no name)."""
+    if not isinstance(path, str) or not path or "\0" in path or len(path) > 4096 or "\\" in path:
+        return None
+    if relative_inside(path) is not None or re.match(r"^[A-Za-z]:", path):
+        return None
+    norm = posixpath.normpath(path)
+    if not (posixpath.isabs(path) or norm == ".." or norm.startswith("../")):
+        return None
+    name = posixpath.basename(norm)
+    return name if name not in ("", ".", "..") else None
+
+
 def recorded_files(manifest: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Every file a re-run of the release may read, from the manifest: the sources and the
     files the steps' recorded parameters name (hierarchy files, grading files), as
     ``{relative path: {sha256, what, text}}`` (``text``: hashed as load_grading hashes, the
     UTF-8 text with universal newlines), and the reasons some cannot be accepted (absolute
-    paths, ``..`` escapes, a file recorded twice with two digests)."""
+    paths, ``..`` escapes, a file recorded twice with two digests).
+
+    A *source* the workflow names outside its folder (an absolute path, or ``../``) is
+    accepted too, keyed by its path as recorded, with ``outside: True`` and ``name`` (its file
+    name): :func:`_rerun_confined` reads it only at that absolute path or as ``DIR/name`` in
+    ``--sources DIR``, never relative to a guessed folder (see :func:`_locate`)."""
     files: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
 
-    def accept(path: Any, sha: Any, what: str, text: bool = False) -> None:
+    def accept(path: Any, sha: Any, what: str, text: bool = False, source: bool = False) -> None:
         rel = relative_inside(path)
+        name = outside_source(path) if source and rel is None else None
+        if name is not None:
+            if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+                problems.append(f"{what} ({path}) has no recorded sha256")
+            elif path in files and files[path]["sha256"] != sha:
+                problems.append(f"{what} ({path}) is recorded twice with different digests")
+            else:
+                files.setdefault(path, {"sha256": sha, "what": what, "text": False, "outside": True, "name": name})
+            return
         if rel is None:
             problems.append(f"{what} is {path!r}: an absolute path or one leaving the workflow's folder")
         elif not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
@@ -580,7 +666,7 @@ def recorded_files(manifest: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any
     for s in manifest.get("sources") or []:
         if s.get("path") is None and s.get("format") == "duckdb":
             continue  # a table of the store: only the store given with --db can hold it
-        accept(s.get("path"), s.get("sha256"), f"source {s.get('name')}")
+        accept(s.get("path"), s.get("sha256"), f"source {s.get('name')}", source=True)
     for st in manifest.get("steps") or []:
         params = st.get("params") or {}
         if st.get("kind") == "hierarchy" and isinstance(params, dict):
@@ -810,6 +896,7 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
     and a scratch output folder, so it cannot see any other file. Anything else is a failed
     ``re-run: not attempted: ...`` finding, and nothing is run. The scratch folder is removed
     afterwards, also when verify is ended by SIGTERM or SIGHUP."""
+    f.rerun = {"verdict": "not-attempted"}
     with _cleanup_on_termination():
         _rerun_confined(release, manifest, f, registry, db=db, sources=sources)
 
@@ -838,13 +925,22 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
     rel_path = relative_inside(((manifest.get("release") or {}).get("params") or {}).get("path"))
     if rel_path is None:
         return refuse("release.params.path is an absolute path or leaves the output folder")
-    source_paths = [p for p in wanted if wanted[p]["what"].startswith("source ")]
+    inside = [p for p in wanted if not wanted[p].get("outside")]
+    source_paths = [p for p in inside if wanted[p]["what"].startswith("source ")]
     base, where = sources_base(release, {"sources": [{"path": p} for p in source_paths],
                                          "release": {"params": {"path": rel_path}}}, sources)
-    if base is None and wanted:
+    if base is None and (inside or sources is not None):
         return refuse(f"cannot find the sources: {where} (give the workflow's folder with --sources DIR)")
-    if base is not None:
+    located, why_not = _locate(wanted, base, sources is not None)
+    if why_not:
+        return refuse("; ".join(why_not))
+    if base is not None and (inside or sources is not None):
         f.add(True, "sources", f"the recorded files are read from {where}", show=True)
+    for key, (folder, _name, shown) in located.items():
+        if folder is not None and sources is None:
+            f.add(True, "sources", f"{wanted[key]['what']} is read at its recorded absolute path {shown} (used only "
+                                   "if it is a regular file whose sha256 is the recorded one; give --sources DIR to "
+                                   "read it from DIR instead)", show=True)
 
     tmp = None
     try:
@@ -864,6 +960,7 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             return refuse(f"the recorded workflow cannot be loaded: {exc}")
         # (a) its sources are exactly the manifest's; every other file it names is recorded
         recorded = {s.get("name"): s for s in manifest.get("sources") or []}
+        declared = declared_sources(wf["text"])
         reasons = []
         if set(spec.sources) != set(recorded):
             reasons.append(f"the workflow's sources ({', '.join(sorted(spec.sources)) or 'none'}) are not the "
@@ -877,6 +974,11 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             if src.path is None:
                 if rec.get("path") is not None:
                     reasons.append(f"source {name} names no file in the workflow; the manifest records {rec['path']}")
+                continue
+            if rec.get("path") in located:  # recorded outside the workflow's folder: named exactly so
+                if declared.get(name) != rec.get("path"):
+                    reasons.append(f"source {name} reads {declared.get(name)!r} in the workflow, but the manifest "
+                                   f"records {rec.get('path')}")
                 continue
             rel = os.path.relpath(src.path, src_dir).replace(os.sep, "/")
             if relative_inside(rel) is None:
@@ -907,36 +1009,62 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             return refuse("; ".join(reasons))
         # (b) hash each accepted file in place; copy only a match, and hash the copy again
         changed = False
+        copies: dict[str, Path] = {}  # recorded path outside the workflow's folder -> its scratch copy
         for i, (rel, info) in enumerate(sorted(wanted.items())):
-            if base is None:
+            if info.get("outside"):
+                folder, in_folder, shown = located[rel]
+                dst = tmp / "sources" / str(i) / in_folder
+                label = shown if sources is None else f"{in_folder} (under {folder}, for {rel})"
+            else:
+                folder, in_folder = base, rel
+                if (sources is not None and base is not None and "/" in rel
+                        and not_regular(base / rel) == "does not exist"
+                        and not_regular(base / posixpath.basename(rel)) != "does not exist"):
+                    in_folder = posixpath.basename(rel)  # --sources DIR holds it by its file name
+                dst, label = src_dir / rel, f"{in_folder} (under {base})"
+            if folder is None:
                 f.add(False, info["what"], f"{rel} is missing (no folder to read it from)")
                 changed = True
                 continue
             try:
-                digest = _copy_pinned(base, rel, src_dir / rel, info["sha256"], info["text"])
+                digest = _copy_pinned(folder, in_folder, dst, info["sha256"], info["text"])
             except FileNotFoundError:
-                f.add(False, info["what"], f"{rel} (under {base}) is missing")
+                f.add(False, info["what"], f"{label} is missing")
                 changed = True
                 continue
             except _Refused as exc:
-                f.add(False, info["what"], f"{rel} (under {base}) {exc}: not read")
+                f.add(False, info["what"], f"{label} {exc}: not read")
                 changed = True
                 continue
             except OSError as exc:
-                f.add(False, info["what"], f"{rel} cannot be copied: {exc.strerror or exc}")
+                f.add(False, info["what"], f"{label} cannot be copied: {exc.strerror or exc}")
                 changed = True
                 continue
-            if digest != info["sha256"]:
-                idx = next((j for j, s in enumerate(manifest.get("sources") or []) if relative_inside(s.get("path")) == rel),
-                           None)
-                where = f"sources[{idx}].sha256" if idx is not None else "its step's parameters"
-                f.add(False, info["what"], f"{rel} has changed: sha256 {_short(digest)}, but the manifest records "
-                                           f"{_short(info['sha256'])} ({where})")
+            idx = next((j for j, s in enumerate(manifest.get("sources") or []) if isinstance(s, Mapping) and (
+                s.get("path") == rel if info.get("outside") else relative_inside(s.get("path")) == rel)), None)
+            where = f"sources[{idx}].sha256" if idx is not None else "its step's parameters"
+            if digest != info["sha256"] and info.get("outside") and sources is None:
+                # read at a path the manifest names: say that it differs, never its digest (a
+                # hostile manifest must not learn, through verify's output, a digest of any file)
+                f.add(False, info["what"], f"{label} is not the recorded file: its sha256 differs from the one the "
+                                           f"manifest records ({where}); not used")
+                changed = True
+            elif digest != info["sha256"]:
+                f.add(False, info["what"], f"{label if info.get('outside') else rel} has changed: sha256 "
+                                           f"{_short(digest)}, but the manifest records {_short(info['sha256'])} "
+                                           f"({where})")
                 changed = True
             else:
-                f.add(True, info["what"], f"{rel} matches its recorded sha256")
+                f.add(True, info["what"], f"{label if info.get('outside') else rel} matches its recorded sha256")
+                if info.get("outside"):
+                    copies[rel] = dst
         if changed:
             return refuse("a source or a file the workflow reads differs from the one recorded")
+        # the workflow names those sources outside its folder: it reads the hash-pinned copies
+        spec = dataclasses.replace(spec, sources={
+            name: (dataclasses.replace(src, path=copies[recorded[name]["path"]])
+                   if recorded.get(name, {}).get("path") in copies else src)
+            for name, src in spec.sources.items()})
         for k in keys:  # the re-run cannot sign with the publisher's key: it signs with a throwaway one
             ed25519, serialization = crypto()
             target = src_dir / relative_inside(k)
@@ -953,47 +1081,281 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
                 Runner(store, registry, history=history).run(spec, use_cache=False, output_dir=tmp / "out", plan=plan)
         except AnonflowError as exc:
             f.add(False, "re-run", f"the recorded workflow failed when re-run: {exc}")
+            f.rerun = {"verdict": "failed"}
             return
         except Exception as exc:  # never a traceback for someone else's release
             f.add(False, "re-run", f"the recorded workflow failed when re-run: {type(exc).__name__}: {exc}")
+            f.rerun = {"verdict": "failed"}
             return
         again_dir = tmp / "out" / rel_path
         if not (again_dir / MANIFEST).is_file():
             f.add(False, "re-run", f"the re-run wrote no release at {rel_path}")
+            f.rerun = {"verdict": "failed"}
             return
         again = json.loads((again_dir / MANIFEST).read_text(encoding="utf-8"))
-        skip = ("integrity", "signature")
-        diffs = diff_json({k: v for k, v in manifest.items() if k not in skip},
-                          {k: v for k, v in again.items() if k not in skip})
-        for path, a, b in diffs:
-            f.add(False, f"manifest field {path}", f"recorded {show_value(a)}, re-run gives {show_value(b)}")
-        signed = manifest.get("signature") is not None or again.get("signature") is not None
-        names = sorted({e.get("path") for e in manifest.get("files") or [] if PLAIN_NAME.match(str(e.get("path")))}
-                       | {e["path"] for e in again.get("files") or []} | {MANIFEST})
-        same_files = 0
-        for name in names:
-            a, b = release / name, again_dir / name
-            why = not_regular(a)
-            if why is not None and why != "does not exist":
-                f.add(False, f"file {name}", f"{why} in the release: not compared")
-            elif why is not None or not b.is_file():
-                f.add(False, f"file {name}", "exists only in the " + ("re-run" if b.is_file() else "release"))
-            elif name == MANIFEST and signed:
-                if _unsigned_form(manifest) != _unsigned_form(again):
-                    f.add(False, f"file {name}", "differs from the re-run's (signatures aside)")
-                else:
-                    same_files += 1
-            elif regular_sha256(a) != file_sha256(b):
-                f.add(False, f"file {name}", f"differs from the re-run's: sha256 {_short(regular_sha256(a))} vs "
-                                             f"{_short(file_sha256(b))}")
-            else:
-                same_files += 1
-        if not diffs and same_files == len(names):
-            f.add(True, "re-run", f"the recorded workflow re-run gives the same {len(again.get('steps') or [])} step "
-                                  f"hashes and {len(names)} byte-identical files"
-                                  + (" (manifest.json compared without its signature)" if signed else ""))
+        _compare_rerun(release, manifest, again_dir, again, f)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+
+
+# -- comparing a re-run with the release -------------------------------------------------------
+
+#: manifest fields that differ whenever the code does: the versions themselves and the step
+#: fingerprints (which count every plugin's code digest). With the same versions and code
+#: they are compared like every other field; with other ones their differences are expected,
+#: reported as version and code differences, never as data differences.
+CODE_FIELDS = re.compile(r"^(versions(\.|\[|$)|publisher\.version$|release\.fingerprint$|"
+                         r"steps\[\d+\]\.(fingerprint|plugin_version)$)")
+#: the sha256 of a published file: bytes a writer of another version may lay out differently
+#: for the same table (the data files are then compared as tables, below)
+FILE_SHA = re.compile(r"^files\[(\d+)\]\.sha256$")
+#: the sha256 of another publish step's file (not in the release; its step's input hash and
+#: rows are compared as fields)
+STEP_FILE_SHA = re.compile(r"^steps\[\d+\]\.files\[\d+\]\.sha256$")
+#: the report page's parts that show the versions or are drawn by matplotlib
+REPORT_VOLATILE = re.compile(r"<footer>.*?</footer>|<svg\b.*?</svg>", re.S)
+
+
+def _version_text(v: Any) -> str:
+    return "absent" if v is None else (v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str))
+
+
+def version_changes(recorded: Any, rerun: Any) -> tuple[list[str], list[str]]:
+    """What differs between the manifest's ``versions`` and the re-run's: ``(versions,
+    code)``, each a list of short phrases. ``versions``: packages (``duckdb 1.1.0 -> 1.2.0``)
+    and plugins (``plugin algorithm:mdav: anonflow-std 0.5.0 -> 0.6.0``); ``code``: the code
+    digests (``versions.code``: anonflow's own, each plugin's), or that the manifest records
+    none (a release written before anonflow recorded them)."""
+    a = recorded if isinstance(recorded, Mapping) else {}
+    b = rerun if isinstance(rerun, Mapping) else {}
+    versions = [f"{k} {_version_text(a.get(k))} -> {_version_text(b.get(k))}"
+                for k in sorted(set(a) | set(b), key=str) if k not in ("plugins", "code") and a.get(k) != b.get(k)]
+    pa_, pb_ = (a.get("plugins") if isinstance(a.get("plugins"), Mapping) else {},
+                b.get("plugins") if isinstance(b.get("plugins"), Mapping) else {})
+    versions += [f"plugin {k}: {pa_.get(k) or 'not installed'} -> {pb_.get(k) or 'not installed'}"
+                 for k in sorted(set(pa_) | set(pb_), key=str) if pa_.get(k) != pb_.get(k)]
+    code: list[str] = []
+    ca, cb = a.get("code"), b.get("code")
+    if ca is None and cb is not None:
+        code.append("the manifest records no code digests (written by an anonflow that did not record them), so "
+                    "the re-run's code cannot be compared with the release's")
+    elif ca is not None and cb is None:
+        code.append("the re-run records no code digests, the manifest does")
+    elif ca != cb:
+        ca = ca if isinstance(ca, Mapping) else {}
+        cb = cb if isinstance(cb, Mapping) else {}
+        if ca.get("anonflow") != cb.get("anonflow"):
+            code.append(f"anonflow's own code (sha256 {_short(ca.get('anonflow'))} -> {_short(cb.get('anonflow'))})")
+        qa = ca.get("plugins") if isinstance(ca.get("plugins"), Mapping) else {}
+        qb = cb.get("plugins") if isinstance(cb.get("plugins"), Mapping) else {}
+        changed = [k for k in sorted(set(qa) | set(qb), key=str) if qa.get(k) != qb.get(k)]
+        by_dist: dict[str, list[str]] = {}  # one package's plugins share its code digest: one phrase each
+        for k in changed:
+            dist = str(pa_.get(k) or pb_.get(k) or "?").split(" ")[0]
+            by_dist.setdefault(dist, []).append(str(k))
+        for dist, keys in sorted(by_dist.items()):
+            code.append(f"the code of {len(keys)} plugin(s) of {dist} (" + ", ".join(keys[:8])
+                        + (f", and {len(keys) - 8} more" if len(keys) > 8 else "") + ")")
+        for k in sorted(set(ca) | set(cb), key=str):
+            if k not in ("anonflow", "plugins") and ca.get(k) != cb.get(k):
+                code.append(f"code digest {k}")
+    return versions, code
+
+
+def compare_tables(a: Path, b: Path, fmt: str) -> dict[str, Any]:
+    """Two published files (``parquet`` or ``csv``) compared as tables, with DuckDB: the same
+    columns (names, in order, and types), and the same records, counted both ways as
+    multisets (``EXCEPT ALL``) and in file order. Returns ``{same, in_order, rows: (a, b),
+    only_a, only_b, detail}``; ``same`` means the same columns and the same multiset of records.
+    Files are read through Arrow datasets (no glob expansion of their names); CSV columns are
+    typed by the same inference on both sides."""
+    import duckdb
+    import pyarrow.dataset as ds
+
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("SET threads TO 1")  # a scan in file order: row_number() OVER () numbers records as stored
+        for name, path in (("a", a), ("b", b)):
+            con.register(name, ds.dataset(str(path), format="parquet" if fmt == "parquet" else "csv"))
+        cols_a = [(r[0], r[1]) for r in con.execute("DESCRIBE a").fetchall()]
+        cols_b = [(r[0], r[1]) for r in con.execute("DESCRIBE b").fetchall()]
+        rows = tuple(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("a", "b"))
+        out: dict[str, Any] = {"rows": rows, "in_order": False, "only_a": None, "only_b": None}
+        if [c for c, _ in cols_a] != [c for c, _ in cols_b]:
+            out.update(same=False, detail=f"other columns: the release's are {[c for c, _ in cols_a]}, the re-run's "
+                                          f"{[c for c, _ in cols_b]}")
+            return out
+        typed = [f"column {c!r} is {t} in the release, {u} in the re-run"
+                 for (c, t), (_, u) in zip(cols_a, cols_b) if t != u]
+        only_a = con.execute("SELECT count(*) FROM (SELECT * FROM a EXCEPT ALL SELECT * FROM b)").fetchone()[0]
+        only_b = con.execute("SELECT count(*) FROM (SELECT * FROM b EXCEPT ALL SELECT * FROM a)").fetchone()[0]
+        out.update(only_a=only_a, only_b=only_b)
+        if typed or only_a or only_b:
+            parts = typed + ([f"{only_a} of the release's {rows[0]} records are not in the re-run's file, and "
+                              f"{only_b} of the re-run's {rows[1]} records are not in the release's"]
+                             if only_a or only_b else [])
+            out.update(same=False, detail="; ".join(parts))
+            return out
+        numbered = "SELECT row_number() OVER () AS __anonflow_row, * FROM {}"
+        moved = con.execute(f"SELECT count(*) FROM ({numbered.format('a')} EXCEPT ALL {numbered.format('b')})"
+                            ).fetchone()[0]
+        out.update(same=True, in_order=moved == 0,
+                   detail=f"the same {len(cols_a)} columns and {rows[0]} records"
+                          + (" in the same order" if moved == 0 else f", {moved} of them in another place"))
+        return out
+    finally:
+        con.close()
+
+
+def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, again: Mapping[str, Any],
+                   f: Findings) -> None:
+    """Compare the re-run's release (``again_dir``, its manifest ``again``) with the recorded
+    one and set ``f.rerun``'s verdict.
+
+    With the same versions and code digests the re-run must give every manifest field and
+    every file byte for byte (verdict ``identical``). When the versions or code differ (the
+    ``versions`` field, code digests included: a plugin fixed without a version bump shows),
+    the differences are reported in three parts: the versions and the code digests that
+    changed (findings ``re-run versions`` and ``re-run code``, shown, not failures); the fields
+    that differ because the code does (the versions, the step fingerprints, which count the
+    code, the plugins' versions: expected, never data differences); and the data: every other
+    manifest field (step output hashes, rows, metrics, checks, parameters, ...) must still be
+    the recorded one, and every published data file must hold the same table (same columns,
+    same records as a multiset; bytes may differ: another Arrow writes another Parquet layout).
+    A re-run that publishes the same tables is verdict ``same-tables-different-code`` (a pass,
+    with a shown note); one that publishes other records fails, naming the file and how many
+    records differ. With other code ``report.html`` (it shows the versions, its plots are drawn
+    by matplotlib) and ``manifest.json`` (compared field by field) are not compared byte for
+    byte; the page is compared with its footer and plots left out, and a page that differs
+    beyond them is said (shown), not failed: it is not attested by such a re-run."""
+    skip = ("integrity", "signature")
+    rec_versions, new_versions = manifest.get("versions"), again.get("versions")
+    pub_a, pub_b = manifest.get("publisher") or {}, again.get("publisher") or {}
+    code_differs = rec_versions != new_versions or pub_a.get("version") != pub_b.get("version")
+    versions, code = version_changes(rec_versions, new_versions)
+    if pub_a.get("version") != pub_b.get("version"):
+        versions.append(f"publisher {(manifest.get('publisher') or {}).get('name')} "
+                        f"{_version_text((manifest.get('publisher') or {}).get('version'))} -> "
+                        f"{_version_text((again.get('publisher') or {}).get('version'))}")
+    f.rerun = {"verdict": "different", "versions": versions, "code": code}
+    if code_differs:
+        f.add(True, "re-run versions", ("the re-run runs other versions than the release records: " + "; ".join(
+            versions)) if versions else "the re-run runs the versions the release records", show=True)
+        f.add(True, "re-run code", ("the re-run's code differs from the release's: " + "; ".join(code)) if code else
+              "the re-run's code digests are the ones the release records", show=True)
+
+    diffs = diff_json({k: v for k, v in manifest.items() if k not in skip},
+                      {k: v for k, v in again.items() if k not in skip})
+    expected: list[str] = []        # fields that differ because the code does
+    data_diffs = 0
+    for path, a, b in diffs:
+        if code_differs and CODE_FIELDS.match(path):
+            expected.append(path)
+            continue
+        if code_differs and FILE_SHA.match(path):
+            continue  # judged below, with the file itself compared as a table
+        if code_differs and STEP_FILE_SHA.match(path):
+            expected.append(path)
+            continue
+        f.add(False, f"manifest field {path}", f"recorded {show_value(a)}, re-run gives {show_value(b)}")
+        data_diffs += 1
+    if expected:
+        fps = sum(1 for p in expected if p.endswith("fingerprint"))
+        others = sum(1 for p in expected if STEP_FILE_SHA.match(p))
+        f.add(True, "re-run fingerprints", f"{fps} step fingerprint(s) differ (they count the code), and "
+                                           f"{len(expected) - fps - others} version field(s)"
+                                           + (f" and {others} sha256 of other publish steps' files" if others else "")
+                                           + ": expected with other code, not data differences", show=True)
+
+    signed = manifest.get("signature") is not None or again.get("signature") is not None
+    entries = {e.get("path"): e for e in manifest.get("files") or [] if isinstance(e, Mapping)}
+    again_entries = {e.get("path"): e for e in again.get("files") or [] if isinstance(e, Mapping)}
+    names = sorted({e for e in entries if PLAIN_NAME.match(str(e))} | set(again_entries) | {MANIFEST})
+    same_files = same_tables = 0
+    for name in names:
+        a, b = release / name, again_dir / name
+        entry = entries.get(name) or again_entries.get(name) or {}
+        why = not_regular(a)
+        if why is not None and why != "does not exist":
+            f.add(False, f"file {name}", f"{why} in the release: not compared")
+            data_diffs += 1
+            continue
+        if why is not None or not b.is_file():
+            f.add(False, f"file {name}", "exists only in the " + ("re-run" if b.is_file() else "release"))
+            data_diffs += 1
+            continue
+        if name == MANIFEST:
+            if code_differs:
+                same_files += 1  # it records the versions: compared field by field above
+            elif signed and _unsigned_form(manifest) != _unsigned_form(again):
+                f.add(False, f"file {name}", "differs from the re-run's (signatures aside)")
+                data_diffs += 1
+            elif not signed and regular_sha256(a) != file_sha256(b):
+                f.add(False, f"file {name}", f"differs from the re-run's: sha256 {_short(regular_sha256(a))} vs "
+                                             f"{_short(file_sha256(b))}")
+                data_diffs += 1
+            else:
+                same_files += 1
+            continue
+        ha, hb = regular_sha256(a), file_sha256(b)
+        if ha == hb:
+            same_files += 1
+            continue
+        if entry.get("format") in ("parquet", "csv"):
+            try:
+                cmp = compare_tables(a, b, entry["format"])
+            except Exception as exc:  # a file DuckDB cannot read: say so, never a traceback
+                cmp = {"same": False, "detail": f"cannot be compared as tables: {_error_text(exc)}"}
+            if cmp["same"] and code_differs:
+                same_files += 1
+                same_tables += 1
+                f.add(True, f"file {name}", f"holds the same table as the re-run's ({cmp['detail']}); its bytes differ "
+                                            f"(sha256 {_short(ha)} vs {_short(hb)}), as another writer version may lay "
+                                            "them out", show=True)
+            elif cmp["same"]:
+                f.add(False, f"file {name}", f"differs from the re-run's: sha256 {_short(ha)} vs {_short(hb)} "
+                                             f"(the same table, {cmp['detail']}, but the same versions and code must "
+                                             "give the same bytes)")
+                data_diffs += 1
+            else:
+                f.add(False, f"file {name}", f"differs from the re-run's: sha256 {_short(ha)} vs {_short(hb)}: "
+                                             f"{cmp['detail']}")
+                data_diffs += 1
+            continue
+        if code_differs and entry.get("role") == "report":
+            same_files += 1
+            try:
+                with os.fdopen(open_regular(a), "rb") as fh:
+                    page_a = fh.read().decode("utf-8", "replace")
+                page_b = b.read_text(encoding="utf-8", errors="replace")
+                alike = REPORT_VOLATILE.sub("", page_a) == REPORT_VOLATILE.sub("", page_b)
+            except OSError:
+                alike = False
+            f.add(True, f"file {name}", "differs from the re-run's page only in its versions footer and plots "
+                                        "(drawn by the re-run's matplotlib)" if alike else
+                  "differs from the re-run's page beyond its versions footer and plots (another report version?): "
+                  "with other code the page is not attested by the re-run; compare it with a re-run's page, or "
+                  "re-run with the recorded versions", show=True)
+            continue
+        f.add(False, f"file {name}", f"differs from the re-run's: sha256 {_short(ha)} vs {_short(hb)}")
+        data_diffs += 1
+    if data_diffs or same_files != len(names):
+        return
+    steps = len(again.get("steps") or [])
+    if not code_differs:
+        f.rerun["verdict"] = "identical"
+        f.add(True, "re-run", f"the recorded workflow re-run gives the same {steps} step hashes and {len(names)} "
+                              "byte-identical files" + (" (manifest.json compared without its signature)" if signed
+                                                        else ""))
+        return
+    f.rerun["verdict"] = "same-tables-different-code"
+    tables = sum(1 for n in names if (entries.get(n) or {}).get("format") in ("parquet", "csv"))
+    f.add(True, "re-run", f"same published tables, different code: the recorded workflow re-run with other "
+                          f"versions or code gives the same {steps} step output hashes, metrics and checks, and the "
+                          f"same {tables} published table(s)"
+                          + (f" ({same_tables} of them the same table in other bytes)" if same_tables else
+                             ", byte for byte")
+                          + "; it differs in its versions and code only (re-run versions, re-run code)", show=True)
