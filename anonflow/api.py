@@ -29,6 +29,8 @@ from .hookspecs import hookimpl
 from .params import REQUIRED, Param
 from .schema import CLASS, ROW, Attribute, Typing
 from .table import TypedTable
+from .generalization import (generalization, generalized_attribute, interval_label, interval_labels,
+                             mark_generalized, numeric_column, set_label, set_labels, structured_columns)
 
 
 def sql_ident(name: str) -> str:
@@ -41,6 +43,9 @@ __all__ = [
     "Partition", "MAX_SUPPRESSION", "suppression_limit",
     "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
     "InputError", "RunError", "PluginError", "atomic_write", "RunInfo",
+    # publishing generalized values (anonflow.generalization)
+    "interval_label", "interval_labels", "set_label", "set_labels", "generalized_attribute", "mark_generalized",
+    "generalization", "structured_columns", "numeric_column",
 ]
 
 

@@ -582,6 +582,15 @@ class Runner:
                            "records (or changed their _row ids); every record must be accounted for", where=where)
         if CLASS not in out.columns:
             raise RunError(f"algorithm {node.uses!r} returned no {CLASS} column", where=where)
+        # every column a release may publish is declared: one an algorithm adds (the bounds of a
+        # generalized value, say) without a typing would be published without anyone saying what it is
+        undeclared = [c for c in out.columns if c not in (ROW, CLASS, FRAGMENT) and c not in out.typing
+                      and c not in table.columns]
+        if undeclared:
+            raise RunError(f"algorithm {node.uses!r} ({node.plugin.distribution} {node.version}) returned column(s) "
+                           f"{', '.join(map(repr, undeclared))} that its output's typing does not declare; give each "
+                           "an Attribute in the returned table's typing (anonflow.api.mark_generalized declares "
+                           "the bounds of generalized values) or leave it out", where=where)
         # the output claims what this algorithm declares for these parameters, and what its run
         # found (a model's parameter known only from the data, e.g. refine's k); every claim is
         # then checked on the published records, so no table downstream relies on a false one

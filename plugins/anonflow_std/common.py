@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import InputError, Partition, TypedTable
+from anonflow.api import InputError, Partition, TypedTable, generalization
 from anonflow.builtins import MISSING_CATEGORY
 
 if TYPE_CHECKING:
@@ -30,6 +30,10 @@ def continuous_quasi(table: TypedTable, plugin: str) -> list[str]:
             raise InputError(f"{plugin} works on numbers only, but quasi-identifier {name!r} is typed {attr.type}; "
                              f"type it continuous in the typing step (quasi: {{{name}: continuous}}) if its "
                              "values are numbers, or leave it out of the quasi-identifiers")
+        if generalization(table, name):
+            raise InputError(f"{plugin} works on numbers only, but quasi-identifier {name!r} holds generalized values "
+                             f"(published as {generalization(table, name).get('kind')} labels by an earlier step); "
+                             f"run {plugin} on the table before it was generalized")
     return quasi
 
 

@@ -81,7 +81,7 @@ import numpy as np
 import pyarrow as pa
 
 from anonflow.api import (CLASS, Algorithm, InputError, Metric, Param, Partition, RunError, StepContext, TypedTable,
-                          sql_ident, suppression_limit)
+                          Typing, mark_generalized, sql_ident, suppression_limit)
 from anonflow.params import ParamError, validate_params
 
 from . import __version__
@@ -720,7 +720,7 @@ class Lattice(Algorithm):
                  f"({evaluated} node(s) scored); {int(ok.sum())} classes, {suppressed} record(s) suppressed "
                  f"(limit {limit})")
         claims = {model.name: {k: v for k, v in mparams.items() if v is not None}}
-        return TypedTable(None, table.typing, claims, table.hierarchies, stored=out.stored)
+        return TypedTable(None, published_typing(table.typing, quasi), claims, table.hierarchies, stored=out.stored)
 
     # -- choosing the node --------------------------------------------------------------
 
@@ -802,7 +802,7 @@ class Lattice(Algorithm):
                 data = data.set_column(data.column_names.index(q), q, arr)
             new_id = np.cumsum(ok) - 1
             data = data.append_column(CLASS, pa.array(new_id[classes], type=pa.int64()))
-            anonymized = table.replace(data=data.filter(keep))
+            anonymized = table.replace(data=data.filter(keep), typing=published_typing(table.typing, space.quasi))
             # as an evaluate step with [original, anonymized] does: every metric gets the original
             original = table.replace(data=table.data.filter(keep))
             node_ctx = dataclasses.replace(ctx, suppressed=int(space.n - part.sizes[ok].sum()))
@@ -825,6 +825,15 @@ class Lattice(Algorithm):
             if better:
                 best, best_value = int(idx), value
         return best, float(best_value), len(candidates)
+
+
+def published_typing(typing: Typing, quasi: list[str]) -> Typing:
+    """The typing of a published node: each quasi-identifier holds labels of its hierarchy
+    (``options["generalized"] = {"kind": "hierarchy"}``, :mod:`anonflow.generalization`),
+    its role and type kept."""
+    for q in quasi:
+        typing = mark_generalized(typing, q, "hierarchy")
+    return typing
 
 
 def _frequency_query(table: TypedTable, mparams: Mapping[str, Any], ordered: bool = True) -> str:

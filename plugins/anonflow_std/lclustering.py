@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from anonflow.api import CLASS, ROW, Algorithm, Attribute, InputError, Metric, Param, StepContext, TypedTable
+from anonflow.generalization import OPTION as GENERALIZED, generalization, interval_labels, mark_generalized, set_labels
 from anonflow.kernels.encode import Continuous, Ordinal, encode
 from anonflow.kernels.generalized import (
     Domain,
@@ -61,7 +62,6 @@ from anonflow.kernels.generalized import (
     ds_classes,
     ds_record_class,
     join,
-    render,
     to_arrow,
 )
 
@@ -75,8 +75,9 @@ ORDERED = ("continuous", "ordinal")
 UNORDERED = ("nominal", "semantic")
 #: suffixes of the structured columns published next to each readable QI column.
 LO, HI, SET = "_lo", "_hi", "_set"
-#: key of a published QI's ``Attribute.options`` that describes its structured columns.
-OPTION = "generalized"
+#: key of a published QI's ``Attribute.options`` that describes its structured columns
+#: (the convention of :mod:`anonflow.generalization`).
+OPTION = GENERALIZED
 _ONE = np.uint64(1)
 #: DS values are rounded to this many decimals before comparing: values equal up to the
 #: summation order (the tables and the kernels add the attributes' terms differently) tie.
@@ -717,15 +718,28 @@ class LClustering(Algorithm):
 
 
 def publish_generalized(table: TypedTable, space: QISpace, labels: np.ndarray) -> TypedTable:
-    """Each record's QIs replaced by its class representative: a readable string column per QI
-    (``[50-52]``, ``{China,India}``; role quasi), with ``<qi>_lo``/``<qi>_hi`` (continuous:
-    float64; ordinal: the category strings) or ``<qi>_set`` (``list<string>``) next to it, and
-    ``_class``."""
+    """Each record's QIs replaced by its class representative, published by the convention of
+    :mod:`anonflow.generalization`: a readable string column per QI (``[50-52]``,
+    ``{China,India}``; role and type kept), with ``<qi>_lo``/``<qi>_hi`` (continuous: float64;
+    ordinal: the category strings) or ``<qi>_set`` (``list<string>``) next to it, the QI marked
+    ``{"kind": "interval", "lo": ..., "hi": ..., "res": ...}`` or ``{"kind": "set", "set": ...}``,
+    and ``_class``."""
     records = space.records()
     reps = Generalized.from_labels(records, labels)
     dom = space.domain
-    text = render(reps, dom, space.categories, labels=labels, ordinal_labels=space.ordinal_labels)
+    rows = reps.rows_of(labels)
     struct = to_arrow(reps, dom, space.categories, labels=labels, suffixes=(LO, HI))
+    text: dict[str, pa.Array] = {}
+    for i, name in enumerate(dom.ordered_names):
+        lo, hi = reps.lo[:, i], reps.hi[:, i]
+        if name in space.ordinal_labels:
+            cats = np.asarray([str(s) for s in space.ordinal_labels[name]])
+            if np.any(lo != np.floor(lo)) or np.any(lo < 0) or np.any(hi >= len(cats)):
+                raise ValueError(f"{name!r}: ordinal ranks must be integers in [0, {len(cats)})")
+            lo, hi = cats[lo.astype(np.int64)], cats[hi.astype(np.int64)]
+        text[name] = pa.array(interval_labels(lo, hi)[rows], type=pa.string())
+    for name in dom.unordered_names:
+        text[name] = set_labels(struct[name])
     for name, cats in space.ordinal_labels.items():
         table_ = pa.array(cats, type=pa.string())
         for suffix in (LO, HI):
@@ -734,6 +748,7 @@ def publish_generalized(table: TypedTable, space: QISpace, labels: np.ndarray) -
     res = dict(zip(dom.ordered_names, dom.res.tolist()))
     cols: list[tuple[str, pa.Array]] = []
     attrs: list[Attribute] = []
+    marks: list[tuple[str, str, dict[str, Any]]] = []
     for c in table.columns:
         if c == CLASS:
             continue
@@ -742,25 +757,26 @@ def publish_generalized(table: TypedTable, space: QISpace, labels: np.ndarray) -
             if c in table.typing:
                 attrs.append(table.typing.get(c))
             continue
-        attr = table.typing.get(c)
         typ = space.types[c]
-        cols.append((c, pa.array(text[c], type=pa.string())))
+        cols.append((c, text[c]))
+        attrs.append(table.typing.get(c))
         if typ in ORDERED:
             lo, hi = structured_names(c, typ)
-            info = {"kind": "interval", "lo": lo, "hi": hi, "res": res[c]}
+            marks.append((c, "interval", {"lo": lo, "hi": hi, "res": res[c]}))
             extra = [(lo, struct[c + LO]), (hi, struct[c + HI])]
         else:
             (st,) = structured_names(c, typ)
-            info = {"kind": "set", "set": st}
+            marks.append((c, "set", {"set": st}))
             extra = [(st, struct[c])]
-        attrs.append(Attribute(c, attr.role, attr.type, attr.order, attr.weights, attr.source,
-                               {**attr.options, OPTION: info}))
         for name, arr in extra:
             cols.append((name, arr))
             attrs.append(Attribute(name, "insensitive", None, options={"structured": c}))
     cols.append((CLASS, pa.array(labels, type=pa.int64())))
     data = pa.table(dict(cols))
-    return table.replace(data=data, typing=table.typing.replace(attrs))
+    typing = table.typing.replace(attrs)
+    for c, kind, info in marks:
+        typing = mark_generalized(typing, c, kind, **info)
+    return table.replace(data=data, typing=typing)
 
 
 # -- metrics ------------------------------------------------------------------------------------
@@ -823,7 +839,7 @@ def published_values(space: QISpace, original: TypedTable, anonymized: TypedTabl
     for i, name in enumerate(dom.ordered_names):
         if name not in anonymized.columns:
             raise InputError(f"{metric}: quasi-identifier {name!r} is not in the anonymized table")
-        info = anonymized.typing.get(name).options.get(OPTION) if name in anonymized.typing else None
+        info = generalization(anonymized, name)
         if info and info.get("kind") == "interval" and info["lo"] in anonymized.columns \
                 and info["hi"] in anonymized.columns:
             structured.append(name)
@@ -854,7 +870,7 @@ def published_values(space: QISpace, original: TypedTable, anonymized: TypedTabl
     for j, name in enumerate(dom.unordered_names):
         if name not in anonymized.columns:
             raise InputError(f"{metric}: quasi-identifier {name!r} is not in the anonymized table")
-        info = anonymized.typing.get(name).options.get(OPTION) if name in anonymized.typing else None
+        info = generalization(anonymized, name)
         col = np.zeros((n, W), dtype=np.uint64)
         if info and info.get("kind") == "set" and info["set"] in anonymized.columns:
             structured.append(name)
@@ -904,7 +920,7 @@ class _LossMetric(Metric):
             raise InputError(f"{self.name} compares [original, anonymized]; give the evaluate step both tables")
         resolution = dict(params.get("resolution") or {})
         for q in original.typing.quasi:
-            info = anonymized.typing.get(q).options.get(OPTION) if q in anonymized.typing else None
+            info = generalization(anonymized, q)
             if q not in resolution and info and info.get("kind") == "interval" \
                     and original.typing.get(q).type == "continuous" and "res" in info:
                 resolution[q] = info["res"]

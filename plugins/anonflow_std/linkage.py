@@ -30,7 +30,7 @@ import numpy as np
 from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from . import __version__
-from .metrics import numeric_columns
+from .metrics import numeric_columns, numeric_values
 
 __all__ = ["Dld", "linked_records"]
 
@@ -73,12 +73,8 @@ class Dld(Metric):
         assert original is not None
         cols = numeric_columns(original, anonymized, params, self.name,
                                hint=" (type them continuous, or name them with columns:)")
-        try:
-            Xo = original.numeric(cols)
-            Xm = anonymized.numeric(cols)
-        except (ValueError, TypeError, NotImplementedError) as exc:  # pyarrow raises ArrowInvalid (a ValueError)
-            raise InputError(f"dld compares numbers, but one of the columns {cols} is not numeric ({exc}); "
-                             "type it continuous in the typing step or leave it out of columns:") from None
+        Xo = numeric_values(original, cols, self.name)
+        Xm = numeric_values(anonymized, cols, self.name)
         if np.isnan(Xo).any() or np.isnan(Xm).any():
             raise InputError("dld: the columns hold missing values")
         mean = Xo.mean(axis=0)

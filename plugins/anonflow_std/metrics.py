@@ -7,7 +7,8 @@
   :class:`~anonflow.api.Partition` (``partition_holds``).
 * Helpers: :func:`aligned` (two inputs hold the same records in ``_row`` order),
   :func:`numeric_columns` (the columns a record-by-record numeric metric compares; ``dld``
-  uses it); :func:`sql_ident` (quote a column name for ``ctx.sql``) comes from :mod:`anonflow.api`.
+  uses it), :func:`numeric_values` (those columns as numbers, failing in one line on
+  generalized labels); :func:`sql_ident` (quote a column name for ``ctx.sql``) comes from :mod:`anonflow.api`.
 
 The other metrics live beside the algorithms they belong to: ``metrics_groups`` (per-class
 metrics, l-diversity, p-sensitive k-anonymity), ``alphak`` ((alpha,k) and (alpha_i,k) checks,
@@ -21,7 +22,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from anonflow.api import CLASS, ROW, InputError, Metric, Param, Partition, StepContext, TypedTable, sql_ident
+from anonflow.api import (CLASS, ROW, InputError, Metric, Param, Partition, StepContext, TypedTable, generalization,
+                          numeric_column, sql_ident)
 
 from . import __version__
 from .common import zscores
@@ -62,6 +64,27 @@ def numeric_columns(original: TypedTable, anonymized: TypedTable, params: Mappin
     return cols
 
 
+#: what a numeric metric given generalized labels suggests (see :func:`numeric_values`)
+GENERALIZED_HINT = ("use a metric that reads generalized values (loss, generalization-rl, relative-loss, "
+                    "reconstruction-distance with form: generalized), or leave {column!r} out of its columns:")
+#: ... and given text in a column not marked generalized
+TEXT_HINT = ("{column!r} is not numeric: name only numeric columns in its columns: (and type a column continuous "
+             "only if it holds numbers); if its text is generalized values, use a metric that reads them (loss, "
+             "generalization-rl, relative-loss)")
+
+
+def numeric_values(table: TypedTable, columns: list[str], metric: str) -> np.ndarray:
+    """The named columns as an ``(n, d)`` float64 array, through
+    :func:`anonflow.generalization.numeric_column`: a column holding generalized labels (a
+    ``lattice`` or ``l-clustering`` output) fails in one line that says which metric needs
+    numbers and what to use instead."""
+    out = np.empty((table.num_rows, len(columns)), dtype=np.float64)
+    for j, name in enumerate(columns):
+        hint = GENERALIZED_HINT if generalization(table, name) else TEXT_HINT
+        out[:, j] = numeric_column(table, name, metric=metric, hint=hint)
+    return out
+
+
 class SseIl(Metric):
     name = "sse-il"
     version = __version__
@@ -76,8 +99,8 @@ class SseIl(Metric):
                 ctx: StepContext) -> dict[str, float]:
         assert original is not None
         cols = numeric_columns(original, anonymized, params, self.name)
-        Xo = original.numeric(cols)
-        Xa = anonymized.numeric(cols)
+        Xo = numeric_values(original, cols, self.name)
+        Xa = numeric_values(anonymized, cols, self.name)
         Zo, _ = zscores(Xo, cols)
         std = Xo.std(axis=0)
         std = np.where(std == 0, 1.0, std)

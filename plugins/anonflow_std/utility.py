@@ -39,7 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable, sql_ident
+from anonflow.api import (CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable,
+                          generalization, numeric_column, sql_ident)
 from anonflow.hierarchy import encode, lookup, value_keys
 from anonflow.kernels.generalized import Domain, Generalized, attribute_loss
 
@@ -495,8 +496,14 @@ class ClassificationAccuracy(Metric):
             attr = table.typing.get(f) if f in table.typing else None
             col = data.column(f)
             if attr is not None and attr.type == "continuous":
+                info = generalization(table, f) or {}
                 if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
                     x = col.to_numpy().astype(np.float64)
+                elif info.get("kind") == "interval" and info.get("lo") in data.column_names \
+                        and info.get("hi") in data.column_names:
+                    # an interval published with its bounds (anonflow.generalization): its midpoint
+                    x = (numeric_column(table, info["lo"], metric=self.name)
+                         + numeric_column(table, info["hi"], metric=self.name)) / 2
                 elif f in table.hierarchies:
                     x = midpoints(table.hierarchies[f], col, f)
                 else:
@@ -504,7 +511,8 @@ class ClassificationAccuracy(Metric):
                 if np.isnan(x).any():
                     bad = value_keys(col)[int(np.flatnonzero(np.isnan(x))[0])].as_py()
                     raise InputError(f"classification-accuracy: continuous feature {f!r} holds {bad!r}, which is "
-                                     "neither a number nor a label of its hierarchy")
+                                     "neither a number, nor an interval with bound columns, nor a label of its "
+                                     "hierarchy; attach its hierarchy (hierarchy step) or leave it out of features:")
                 numeric.append(True)
             else:
                 x = _codes(col).astype(np.float64)
