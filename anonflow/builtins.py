@@ -795,6 +795,10 @@ class HierarchyStep(Builtin):
         for column, spec in params.items():
             reg = registry.get("hierarchy", spec["builder"], where=where)
             cwhere = f"{where}: column {column!r}"
+            try:  # the builder's own check, with the table and the column it is for (plan runs it too)
+                reg.obj.check(spec["params"], table=table, column=column)
+            except InputError as exc:
+                raise InputError(f"hierarchy builder {reg.name!r}: {exc.message}", where=cwhere) from None
             # the column's distinct values in order of first appearance (DuckDB groups them)
             values = ctx.sql(f"SELECT {ident(column)} AS v FROM t WHERE {ident(column)} IS NOT NULL GROUP BY 1 "
                              f"ORDER BY min({ident(ROW)})", t=table).column("v").combine_chunks()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from anonflow import codehash, plugins
-from anonflow.api import InputError, Param, Publisher, hookimpl
+from anonflow.api import Hierarchy, HierarchyBuilder, InputError, Param, Publisher, hookimpl
 
 from .conftest import census_workflow, write
 
@@ -283,3 +283,43 @@ def test_plan_calls_the_publishers_check_with_the_table(cli, project):
         """)
     res = cli("plan", wf)
     assert res.exit_code == 0, res.output
+
+
+class Digits(HierarchyBuilder):
+    """Refuses a column typed continuous (a check that needs the table and the column)."""
+
+    name = "test.digits"
+    version = "0.0.1"
+    params = (Param("keep", "int", default=1),)
+
+    def check(self, params, table=None, column=None, **_):
+        if table is not None and table.typing.get(column).type == "continuous":
+            raise InputError(f"column {column!r} is typed continuous; this builder takes codes")
+
+    def build(self, column, values, params, ctx):  # pragma: no cover - refused first
+        return Hierarchy.from_levels(column, [[str(v) for v in values.to_pylist()]])
+
+
+class BuilderProvider:
+    @hookimpl
+    def anonflow_register_hierarchy_builders(self, register):
+        register(Digits())
+
+
+def test_plan_and_run_call_a_hierarchy_builders_check_with_the_table_and_column(cli, project):
+    pm, dists = plugins.plugin_manager()
+    pm.register(BuilderProvider(), name="issue16-builders")
+    plugins.set_registry(plugins.Registry(pm, dists))
+    write(project / "wf.yaml", """
+        name: builder-check
+        sources:
+          census: {path: data/sdcmicro/CASCrefmicrodata.csv}
+        steps:
+          typed: {uses: typing, input: census, with: {quasi: [AGI], sensitive: [FICA]}}
+          hier: {uses: hierarchy, input: typed, with: {FICA: {test.digits: {keep: 2}}}}
+        """)
+    for command in ("plan", "run"):
+        res = cli(command, project / "wf.yaml", *(["--db", project / "s.duckdb"] if command == "run" else []))
+        assert res.exit_code == 2, res.output
+        assert ("step 'hier': column 'FICA': hierarchy builder 'test.digits': column 'FICA' is typed continuous; "
+                "this builder takes codes") in res.output
