@@ -35,6 +35,21 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def install_site(package: Path, target: Path) -> Path:
+    """pip-install the plugin package folder ``package`` into the folder ``target`` (put it on
+    PYTHONPATH to use it), from a copy beside ``target``: setuptools writes build/ and
+    *.egg-info next to the sources, which must not land in the repository or make the package
+    look installed."""
+    import subprocess
+    import sys
+
+    build = target.parent / f"{target.name}-build" / package.name
+    shutil.copytree(package, build, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(build)], check=True)
+    return target
+
+
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text).lstrip())

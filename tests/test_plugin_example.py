@@ -8,16 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import install_site
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "plugin-example"
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(EXAMPLE)], check=True)
-    return target
+    return install_site(EXAMPLE, tmp_path_factory.mktemp("site"))
 
 
 def anonflow(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:

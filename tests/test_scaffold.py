@@ -19,6 +19,8 @@ from anonflow.api import hookimpl
 from anonflow.cli import main
 from anonflow.scaffold import generate
 
+from .conftest import install_site
+
 PLUGINS = {("algorithm", "acme.sorted-groups"), ("metric", "acme.class-size"), ("publisher", "acme.jsonl"),
            ("hierarchy", "acme.prefix")}
 
@@ -34,10 +36,7 @@ def package(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def site(package, tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(package)], check=True)
-    return target
+    return install_site(package, tmp_path_factory.mktemp("site"))
 
 
 def run(path: Path | None, *args: str, cwd: Path) -> subprocess.CompletedProcess:

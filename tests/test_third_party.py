@@ -6,7 +6,6 @@ again rather than served from the cache (issue 16)."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import install_site
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "thirdparty" / "acme"
 ADULT = ROOT / "workflows" / "data" / "adult" / "adult_full.csv"
@@ -24,12 +25,7 @@ ADULT = ROOT / "workflows" / "data" / "adult" / "adult_full.csv"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("site")
-    build = tmp_path_factory.mktemp("build") / "acme"
-    shutil.copytree(PACKAGE, build)  # setuptools writes build/ and *.egg-info beside the sources
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(build)], check=True)
-    return target
+    return install_site(PACKAGE, tmp_path_factory.mktemp("site"))
 
 
 @pytest.fixture
