@@ -80,6 +80,12 @@ def suppression_limit(cap: float, records: int) -> int:
 class Algorithm(Plugin):
     """An anonymization algorithm."""
 
+    def references(self, params: Mapping[str, Any]) -> list[str]:
+        """Names of other sources or steps whose tables the algorithm reads through
+        ``ctx.table`` beyond its parameters of kind ``step`` (which count already): the
+        lattice names its privacy model's population table this way. Default: none."""
+        return []
+
     kind = "algorithm"
     #: how many input tables the step takes. Most algorithms take one typed table; a
     #: post-processing algorithm (e.g. refining a partition) may take two, [original, partition]:
@@ -424,6 +430,17 @@ class StepContext:
     summary: Any = None
     #: the :class:`anonflow.outputs.OutputGuard` the runner sets: which paths may be written
     output_guard: Any = None
+    #: provider behind :meth:`table` (set by the runner): a referenced step's table by name
+    tables: Callable[[str], TypedTable] | None = None
+
+    def table(self, name: str) -> TypedTable:
+        """The table of the source or step ``name``, which this step's plugin references by a
+        parameter of kind ``step`` (``Param("population", "step")``): the workflow graph runs
+        it first, and its content hash is part of this step's fingerprint. A name the step does
+        not reference is refused."""
+        if self.tables is None:
+            raise RunError(f"step {self.step!r} references no other table (declare a parameter of kind 'step')")
+        return self.tables(name)
 
     def run_info(self) -> RunInfo:
         """The current run's record so far: the run row, its step runs in order, metric

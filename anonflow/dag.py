@@ -39,6 +39,9 @@ class Node:
     columns: tuple[str, ...] | None = None
     produces: str = "table"
     typed: bool = False
+    #: other sources or steps whose tables the step's plugins read through ``ctx.table``
+    #: (parameters of kind ``step``): they run first and count in the fingerprint
+    refs: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind, "uses": self.uses,
@@ -92,7 +95,12 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             raise WorkflowError(f"unknown step or algorithm {step.uses!r}{_uses_hint(step.uses, registry)}",
                                 where=where)
         known = list(spec.sources) + list(spec.steps)
-        for ref in (*step.inputs, *step.after):
+        node.refs = tuple(dict.fromkeys(_references(node, step.params, registry, where)))
+        for ref in node.refs:
+            if ref not in known:
+                raise WorkflowError(f"a parameter names the table {ref!r}, which is neither a source nor a step"
+                                    f"{suggest(ref, known)}", where=where)
+        for ref in (*step.inputs, *step.after, *node.refs):
             if ref not in known:
                 raise WorkflowError(f"input {ref!r} is neither a source nor a step{suggest(ref, known)}", where=where)
             if ref == name:
@@ -135,7 +143,7 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
         if not lo <= len(ins) <= hi:
             want = f"{lo}" if lo == hi else f"{lo} to {hi}"
             raise WorkflowError(f"{node.uses} takes {want} input(s), got {len(ins)}", where=where)
-        for i in ins:
+        for i in [*ins, *(nodes[r] for r in node.refs)]:
             if i.produces != "table":
                 raise WorkflowError(f"input {i.name!r} is a {i.uses} step and produces no table", where=where)
         static = [StaticInput(i.name, i.columns, i.typed) for i in ins]
@@ -157,6 +165,34 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             node.typed = node.kind in ("typing", "hierarchy") or \
                 (node.kind in ("filter", "sample", "partition") and static[0].typed)
     return Plan(spec=spec, graph=graph, order=order, nodes=nodes)
+
+
+def _references(node: Node, given: Any, registry: Registry, where: str) -> list[str]:
+    """The tables a step's plugins name by parameters of kind ``step`` (an evaluate step's
+    metrics; an algorithm, and what its :meth:`~anonflow.api.Algorithm.references` adds),
+    read from the parameters as written (they are validated later)."""
+    from .builtins import metric_entries
+
+    given = given if isinstance(given, dict) else {}
+    found: list[str] = []
+
+    def take(params: Any, values: Any) -> None:
+        if isinstance(values, dict):
+            found.extend(str(values[p.name]) for p in params
+                         if p.kind == "step" and isinstance(values.get(p.name), str))
+
+    if node.kind == "evaluate" and "metrics" in given:
+        for name, mparams in metric_entries(given["metrics"], where):
+            if registry.has("metric", name):
+                take(registry.get("metric", name).obj.params, mparams)
+    elif node.kind == "algorithm" and node.plugin is not None:
+        algo = node.plugin.obj
+        take(algo.params, given)
+        try:
+            found.extend(str(r) for r in algo.references(given) or [])
+        except (TypeError, ValueError, KeyError, AttributeError):  # malformed parameters: validation says so
+            pass
+    return found
 
 
 def fragment_plan(algo: Any, params: dict[str, Any], table: Any, registry: Registry, store: Any) -> list[str]:

@@ -48,7 +48,7 @@ def trace(store: Store, target: str, run_id: str | None = None) -> list[tuple[in
         prefix = f"{rec['step']}."
         rec["metrics"] = {k[len(prefix):]: v for k, v in store.metrics(rec["run_id"]).items() if k.startswith(prefix)}
         out.append((depth, rec))
-        for inp in rec.get("inputs") or []:
+        for inp in [*(rec.get("inputs") or []), *((rec.get("summary") or {}).get("references") or [])]:
             parent = store.step_in_run(rec["run_id"], inp["name"]) if "table" in inp else None
             if parent is not None:
                 visit(parent, depth + 1)

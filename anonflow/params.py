@@ -20,7 +20,7 @@ class _Required:
 
 REQUIRED: Any = _Required()
 
-KINDS = ("int", "float", "str", "bool", "list", "dict", "any")
+KINDS = ("int", "float", "str", "bool", "list", "dict", "any", "step")
 
 
 class ParamError(ValueError):
@@ -32,7 +32,10 @@ class Param:
     """One declared parameter of a plugin.
 
     :param name: the key users write under ``with:``.
-    :param kind: one of ``int``, ``float``, ``str``, ``bool``, ``list``, ``dict``, ``any``.
+    :param kind: one of ``int``, ``float``, ``str``, ``bool``, ``list``, ``dict``, ``any``, or
+        ``step``: the name of another source or step of the workflow whose table the plugin
+        reads (a population table, say) through ``ctx.table(name)``; the workflow graph gets
+        the dependency, and the step's fingerprint the table's content hash.
     :param default: the value used when the key is absent; :data:`REQUIRED` if it must be given.
     :param min: inclusive lower bound for numbers (``None``: unbounded).
     :param above: exclusive lower bound for numbers (``above=0``: strictly positive).
@@ -114,7 +117,8 @@ class Param:
 
     def _expected(self) -> str:
         text = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
-                "list": "a list", "dict": "a mapping", "any": "a value"}[self.kind]
+                "list": "a list", "dict": "a mapping", "any": "a value",
+                "step": "the name of a source or step"}[self.kind]
         if self.min is not None and self.max is not None:
             text += f" between {_num(self.min)} and {_num(self.max)}"
         elif self.above is not None and self.max is not None:
@@ -145,6 +149,10 @@ def _coerce_kind(kind: str, value: Any, expected) -> Any:
         if not math.isfinite(float(value)):
             raise ParamError(f"expected a finite number, got {value!r}")
         return float(value)
+    if kind == "step":
+        if not isinstance(value, str) or not value.strip():
+            raise ParamError(f"expected {expected()}, got {value!r}")
+        return value
     if kind == "str":
         if not isinstance(value, str):
             raise ParamError(f"expected {expected()}, got {value!r}")

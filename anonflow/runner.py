@@ -434,9 +434,11 @@ class Runner:
 
         inputs = [artifacts[i] for i in node.inputs]
         rec["inputs"] = [{"name": i, "table": a.table, "hash": a.hash} for i, a in zip(node.inputs, inputs)]
-        fingerprint = self._fingerprint(node, [a.hash for a in inputs], seed, spec.base_dir)
+        refs = {r: artifacts[r] for r in node.refs}
+        fingerprint = self._fingerprint(node, [a.hash for a in inputs] + [f"{r}:{a.hash}" for r, a in refs.items()],
+                                        seed, spec.base_dir)
         rec["fingerprint"] = fingerprint
-        parents = [a.table for a in inputs]
+        parents = [a.table for a in inputs] + [a.table for a in refs.values()]
         extra_edges: list[tuple[str, str]] = []
 
         if use_cache and node.kind in ("typing", "filter", "sample", "partition", "hierarchy", "algorithm", "evaluate"):
@@ -477,6 +479,14 @@ class Runner:
                           relation=self.store.relation, copy_to=self.store.copy_to)
         tables = [self.store.get(a.table) for a in inputs]
         ctx.inputs = tables
+
+        def referenced(name: str) -> TypedTable:
+            if name not in refs:
+                raise InputError(f"table {name!r} is not referenced by this step's parameters (of kind 'step'); "
+                                 f"it references {', '.join(map(repr, refs)) or 'none'}", where=where)
+            return self.store.get(refs[name].table)
+
+        ctx.tables = referenced
         metrics: dict[str, float] = {}
         outputs: list[Output] = []
         failures: list[str] = []
@@ -530,6 +540,8 @@ class Runner:
 
         if ctx.notes:
             summary["notes"] = list(ctx.notes)
+        if refs:  # lineage follows them (anonflow.lineage.trace)
+            summary["references"] = [{"name": r, "table": a.table, "hash": a.hash} for r, a in refs.items()]
         rec["summary"] = summary or None
         rec["seconds"] = time.perf_counter() - t0
         rec["status"] = "failed" if failures else "succeeded"
