@@ -336,7 +336,7 @@ def test_lattice_model_list_names_every_model_the_lattice_can_search():
     """docs/algorithms.md's lattice `model` row and docs/plugins.md's "In anonflow" list name
     every registered privacy check the lattice accepts (as the lattice itself decides)."""
     from anonflow.plugins import get_registry
-    from anonflow_std.lattice import _offers_partition
+    from anonflow_std.generalization.lattice import _offers_partition
 
     reg = get_registry()
     models = sorted(n for n in reg.names("metric")

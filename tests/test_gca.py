@@ -28,9 +28,11 @@ from anonflow.kernels.encode import encode
 from anonflow.schema import CLASS, ROW, Attribute, Typing
 from anonflow.table import TypedTable
 from anonflow.testing import make_context
-from anonflow_std.alphak import (AlphaIKAnonymity, AlphaKAnonymity, ReconstructionDistance, SensitivityDistance,
-                                 alpha_report, pair_consistency_sql, pair_counts_sql, table_counts_sql)
-from anonflow_std.gca import AlphaIKGca, AlphaKGca, gca_partition
+from anonflow_std.clustering.gca import AlphaIKGca, AlphaKGca, gca_partition
+from anonflow_std.privacy.alphak import AlphaIKAnonymity, AlphaKAnonymity, alpha_report
+from anonflow_std.privacy.counts import pair_consistency_sql, pair_counts_sql, table_counts_sql
+from anonflow_std.risk.sensitivity import SensitivityDistance
+from anonflow_std.utility.reconstruction import ReconstructionDistance
 
 from .conftest import DATA, WORKFLOWS, census_workflow
 

@@ -29,12 +29,12 @@ from anonflow.kernels.generalized import Generalized, render
 from anonflow.params import validate_params
 from anonflow.schema import Attribute, Typing
 from anonflow.testing import make_context, typed_table
-from anonflow_std import lclustering as lc
-from anonflow_std.hierarchies import Intervals
-from anonflow_std.lattice import Lattice
-from anonflow_std.lclustering import LClustering
-from anonflow_std.metrics import SseIl
-from anonflow_std.utility import ClassificationAccuracy
+from anonflow_std.clustering import lclustering as lc
+from anonflow_std.generalization.hierarchies import Intervals
+from anonflow_std.generalization.lattice import Lattice
+from anonflow_std.clustering.lclustering import LClustering
+from anonflow_std.utility.classification import ClassificationAccuracy
+from anonflow_std.utility.sse import SseIl
 
 # -- labels ---------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import pytest
 from anonflow.errors import InputError
 from anonflow.hierarchy import Hierarchy, value_keys
 from anonflow.testing import make_context
-from anonflow_std.hierarchies import ArxFile, Intervals, Masking, Taxonomy
+from anonflow_std.generalization.hierarchies import ArxFile, Intervals, Masking, Taxonomy
 
 from .conftest import DATA, write
 

@@ -392,7 +392,7 @@ def test_a_publish_step_may_not_write_a_lossy_join_file(cli, project):
 
 def test_the_engine_stops_a_publisher_writing_over_another_steps_file(cli, project, monkeypatch):
     """A publisher whose output_files does not say what it writes is still stopped at write time."""
-    from anonflow_std.publishers import CsvPublisher
+    from anonflow_std.publishing.publishers import CsvPublisher
 
     monkeypatch.setattr(CsvPublisher, "output_files", lambda self, params: [])
     wf = census_workflow(project, extra="""

@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from anonflow import plugins
-from anonflow.api import CLASS, InputError, Metric, Param, Partition, hookimpl
+from anonflow.api import CLASS, InputError, Metric, Param, Partition, hookimpl, sql_ident
 from anonflow.params import validate_params
 from anonflow.testing import make_context, typed_table
-from anonflow_std import lattice as lattice_module
-from anonflow_std.alphak import ReconstructionDistance
-from anonflow_std.hierarchies import ArxFile
-from anonflow_std.lattice import BOUND_MARGIN, Lattice, Search, Space, Verdict, _group, _Scorer
-from anonflow_std.metrics import KAnonymity, sql_ident
+from anonflow_std.generalization import lattice as lattice_module
+from anonflow_std.generalization.hierarchies import ArxFile
+from anonflow_std.generalization.lattice import BOUND_MARGIN, Lattice, Search, Space, Verdict, _group, _Scorer
+from anonflow_std.privacy.kanonymity import KAnonymity
+from anonflow_std.utility.reconstruction import ReconstructionDistance
 
 from .conftest import DATA, write
 
@@ -269,7 +269,7 @@ def test_a_loss_whose_bound_is_no_lower_bound_is_not_pruned():
     """A third party's hierarchy loss with widths above 1: a suppressed record (width 1) may
     then lose less than it would published, so the loss without suppression bounds nothing,
     and the search classifies every node."""
-    from anonflow_std.utility import HierarchyLoss, iyengar_widths
+    from anonflow_std.utility.hierarchy_loss import HierarchyLoss, iyengar_widths
 
     class WideLoss(HierarchyLoss):
         name = "test.wide-loss"

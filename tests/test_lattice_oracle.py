@@ -6,8 +6,8 @@ record, grouped with ``np.unique``), its own suppression allowance (``floor`` of
 decimal fraction times n, with :class:`fractions.Fraction`) and its own utility formulas
 (``loss``, ``entropy-loss``, ``mi-loss``, ``generalization-rl`` and the generalized
 ``reconstruction-distance``; a suppressed record counts as fully lost, loss 1). Nothing of
-``anonflow_std.lattice`` (``Search``, ``Space``, ``_group``), ``anonflow.api.suppression_limit``
-or ``anonflow_std.utility`` (``Levels``, the width and weight functions) is used to compute the
+``anonflow_std.generalization.lattice`` (``Search``, ``Space``, ``_group``), ``anonflow.api.suppression_limit``
+or ``anonflow_std.utility.hierarchy_loss`` (``Levels``, the width and weight functions) is used to compute the
 reference.
 
 The lattice then runs on the same table, and the tests check that its chosen node satisfies
@@ -266,7 +266,7 @@ BOUND = re.compile(r"(?P<size>\d+) nodes .*?checked (?P<checked>\d+), pruned (?P
 
 def unpruned(**given):
     """``run_lattice`` with the search not pruned by the loss bound (every node classified)."""
-    from anonflow_std import lattice
+    from anonflow_std.generalization import lattice
 
     lattice.PRUNE = False
     try:

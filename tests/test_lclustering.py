@@ -25,8 +25,9 @@ from anonflow.kernels.generalized import Domain, Generalized, ds_classes, ds_rec
 from anonflow.schema import Attribute
 from anonflow.table import table_hash
 from anonflow.testing import make_context, typed_table
-from anonflow_std import lclustering as lc
-from anonflow_std.lclustering import GeneralizationLoss, LClustering, RelativeLoss, infer_resolution, l_clustering
+from anonflow_std.clustering import lclustering as lc
+from anonflow_std.clustering.lclustering import LClustering, infer_resolution, l_clustering
+from anonflow_std.utility.generalized_loss import GeneralizationLoss, RelativeLoss
 
 from .conftest import DATA, WORKFLOWS, write
 

@@ -32,9 +32,10 @@ from anonflow.kernels.encode import encode
 from anonflow.schema import Attribute, Typing
 from anonflow.table import TypedTable, table_hash
 from anonflow.testing import make_context, typed_table
-from anonflow_std.maasae import EPS, Maasae, apf, entropy, maasae_partition, record_scores
-from anonflow_std.metrics import KAnonymity
-from anonflow_std.metrics_groups import AvgEnt, AvgIl, Cavg, LDiversity, PSensitiveKAnonymity
+from anonflow_std.microaggregation.maasae import EPS, Maasae, apf, entropy, maasae_partition, record_scores
+from anonflow_std.privacy.distinct_diversity import LDiversity, PSensitiveKAnonymity
+from anonflow_std.privacy.kanonymity import KAnonymity
+from anonflow_std.utility.class_metrics import AvgEnt, AvgIl, Cavg
 
 from .conftest import DATA, WORKFLOWS
 

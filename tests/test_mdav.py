@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from anonflow.errors import InputError
 from anonflow.testing import make_context, typed_table
-from anonflow_std.algorithms import Mdav
-from anonflow_std.metrics import KAnonymity, SseIl
+from anonflow_std.microaggregation.mdav import Mdav
+from anonflow_std.privacy.kanonymity import KAnonymity
+from anonflow_std.utility.sse import SseIl
 
 from .conftest import DATA
 

@@ -6,7 +6,8 @@ import pytest
 
 from anonflow.errors import InputError
 from anonflow.testing import make_context, typed_table
-from anonflow_std.metrics import KAnonymity, SseIl
+from anonflow_std.privacy.kanonymity import KAnonymity
+from anonflow_std.utility.sse import SseIl
 
 
 def test_sse_il_on_a_hand_computed_example():

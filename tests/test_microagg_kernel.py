@@ -1,4 +1,4 @@
-"""Tests of the MDAV kernel ``anonflow_std.microagg.mdav_partition``.
+"""Tests of the MDAV kernel ``anonflow_std.microaggregation.kernels.mdav_partition``.
 
 The fast kernel is checked label for label against ``reference_mdav`` below, a
 deliberately naive implementation that follows the algorithm's definition
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anonflow_std.microagg import mdav_partition
+from anonflow_std.microaggregation.kernels import mdav_partition
 
 DATA = Path(__file__).resolve().parents[1] / "workflows" / "data"
 

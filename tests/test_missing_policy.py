@@ -21,9 +21,11 @@ from anonflow.grading import Grading
 from anonflow.schema import Attribute, Typing
 from anonflow.table import TypedTable
 from anonflow.testing import make_context
-from anonflow_std.alphak import AlphaIKAnonymity, AlphaKAnonymity, SensitivityDistance
 from anonflow_std.common import missing_marker, missing_sensitive, real_counts, real_distinct
-from anonflow_std.metrics_groups import AvgEnt, LDiversity, PSensitiveKAnonymity
+from anonflow_std.privacy.alphak import AlphaIKAnonymity, AlphaKAnonymity
+from anonflow_std.privacy.distinct_diversity import LDiversity, PSensitiveKAnonymity
+from anonflow_std.risk.sensitivity import SensitivityDistance
+from anonflow_std.utility.class_metrics import AvgEnt
 
 from .conftest import write
 

@@ -19,11 +19,11 @@ from anonflow.params import validate_params
 from anonflow.schema import Attribute, Typing
 from anonflow.table import TypedTable
 from anonflow.testing import make_context, typed_table
-from anonflow_std.alphak import (AlphaIKAnonymity, AlphaKAnonymity, alpha_report, pair_consistency_sql,
-                                 pair_counts_sql, table_counts_sql)
-from anonflow_std.lossyjoin import k_figures, split_tables
-from anonflow_std.metrics import KAnonymity
-from anonflow_std.metrics_groups import LDiversity, PSensitiveKAnonymity
+from anonflow_std.lossyjoin.publisher import k_figures, split_tables
+from anonflow_std.privacy.alphak import AlphaIKAnonymity, AlphaKAnonymity, alpha_report
+from anonflow_std.privacy.counts import pair_consistency_sql, pair_counts_sql, table_counts_sql
+from anonflow_std.privacy.distinct_diversity import LDiversity, PSensitiveKAnonymity
+from anonflow_std.privacy.kanonymity import KAnonymity
 
 from .test_missing_policy import GRADING, compute, partition, table
 
@@ -332,7 +332,7 @@ def test_worst_class_is_reported_only_when_counting_by_class_id():
 def test_cavg_counts_classes_by_class_id_or_by_published_values():
     # class ids 0, 0, 1, 1 but QI values c0, c0, c1, c1 ... relabelled so that by values the
     # four records form ONE group: q = 'x' everywhere -> by class 2 classes, by values 1
-    from anonflow_std.metrics_groups import Cavg
+    from anonflow_std.utility.class_metrics import Cavg
 
     t = table([0, 0, 1, 1], ["a", "b", "a", "b"])
     t = t.replace(data=t.data.set_column(t.data.column_names.index("q"), "q", pa.array(["x"] * 4)))
@@ -353,7 +353,7 @@ def test_checks_take_their_parameters_from_the_claims():
     out = run(LDiversity(), t.replace(claims={"l-diversity": {"l": 2}, "p-sensitive-k-anonymity": {"p": 3}}))
     assert out["l-diversity.l"] == 2 and out["l-diversity.holds"] == 1
     t2 = t.replace(claims={"k-anonymity": {"k": 2}, "p-sensitive-k-anonymity": {"k": 3, "p": 1}})
-    from anonflow_std.metrics_groups import Cavg
+    from anonflow_std.utility.class_metrics import Cavg
 
     assert run(Cavg(), t2)["cavg.k"] == 2
 

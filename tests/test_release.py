@@ -199,7 +199,7 @@ def test_verify_names_an_edited_manifest_field(cli, project, field, edit):
 
 def test_verify_checks_recorded_verdicts_and_check_results(cli, project):
     """A forger who also recomputes the digests is caught by the cross-checks (and by --rerun)."""
-    from anonflow_std.release import integrity
+    from anonflow_std.publishing.release import integrity
 
     _, rel = released(cli, project)
     path = rel / "manifest.json"
@@ -218,7 +218,7 @@ def test_verify_checks_recorded_verdicts_and_check_results(cli, project):
 
 
 def test_verify_rerun_names_a_forged_step_hash(cli, project):
-    from anonflow_std.release import integrity
+    from anonflow_std.publishing.release import integrity
 
     _, rel = released(cli, project)
     path = rel / "manifest.json"
@@ -270,7 +270,7 @@ def test_verify_of_something_that_is_not_a_release_is_an_input_error(cli, projec
 
 
 def test_a_failing_release_leaves_the_previous_one_untouched(cli, project, monkeypatch):
-    from anonflow_std import release as release_mod
+    from anonflow_std.publishing import release as release_mod
 
     _, rel = released(cli, project)
     before = {p.name: p.read_bytes() for p in rel.iterdir()}
@@ -302,7 +302,7 @@ def test_a_release_path_that_is_not_a_release_is_never_replaced(cli, project):
 KILL_SCRIPT = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    import anonflow_std.release as rel
+    import anonflow_std.publishing.release as rel
 
     real = rel.Release.build
 

@@ -155,7 +155,7 @@ def test_use_plugins_restores_the_registry():
     class Extra:
         @hookimpl
         def anonflow_register_metrics(self, register):
-            from anonflow_std.metrics import KAnonymity
+            from anonflow_std.privacy.kanonymity import KAnonymity
 
             class Other(KAnonymity):
                 name = "test.other"

@@ -11,10 +11,10 @@ import pytest
 
 from anonflow.api import InputError
 from anonflow.testing import make_context, typed_table
-from anonflow_std.hierarchies import Intervals, Taxonomy
+from anonflow_std.generalization.hierarchies import Intervals, Taxonomy
 from anonflow_std.common import entropy
-from anonflow_std.utility import (ClassificationAccuracy, EntropyLoss, GeneralizationRl, Loss, MiLoss, _codes,
-                                  mutual_information)
+from anonflow_std.utility.classification import ClassificationAccuracy
+from anonflow_std.utility.hierarchy_loss import EntropyLoss, GeneralizationRl, Loss, MiLoss, _codes, mutual_information
 
 from .conftest import DATA
 
@@ -101,7 +101,7 @@ def test_generalization_rl_and_relative_loss_are_one_computation():
     import itertools
 
     from anonflow.api import Attribute
-    from anonflow_std.lclustering import RelativeLoss
+    from anonflow_std.utility.generalized_loss import RelativeLoss
 
     ctx = make_context()
     w = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 1.0, 2.0]
@@ -142,9 +142,11 @@ def test_generalization_rl_and_relative_loss_are_one_computation():
 
 
 def test_the_first_party_plugins_have_one_entropy():
-    from anonflow_std import common, maasae, utility
+    from anonflow_std import common
+    from anonflow_std.microaggregation import maasae
+    from anonflow_std.utility import hierarchy_loss
 
-    assert utility.entropy is maasae.entropy is common.entropy
+    assert hierarchy_loss.entropy is maasae.entropy is common.entropy
 
 
 def test_plugin_estimators():

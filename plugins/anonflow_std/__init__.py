@@ -1,26 +1,35 @@
 """anonflow's first-party plugins.
 
 Registered through the ``anonflow`` entry-point group exactly like a third party's plugin
-(see ``pyproject.toml``); the engine never imports this package. Each module listed in
-``MODULES`` exposes ``PLUGINS``, a list of plugin objects; the hooks below hand each one to
-the registry under its kind.
+(see ``pyproject.toml``); the engine never imports this package. The plugins are arranged in
+subpackages by family (``microaggregation``, ``clustering``, ``generalization``, ``lossyjoin``,
+``privacy``, ``risk``, ``utility``, ``publishing``); helpers shared across families are in
+``common``. Every module under this package that defines ``PLUGINS`` (a list of plugin
+objects) is registered: :func:`modules` finds them, in module-name order, so a new module
+registers without editing this file; the hooks below hand each plugin to the registry under
+its kind.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 from anonflow.api import Algorithm, HierarchyBuilder, Metric, Publisher, hookimpl
 
 __version__ = "0.1.0"
 
-MODULES = ("algorithms", "metrics", "publishers", "hierarchies", "gca", "alphak", "lossyjoin", "lattice", "utility", "lclustering", "release", "maasae", "metrics_groups", "linkage")
+
+def modules() -> tuple[str, ...]:
+    """The full names of the modules under this package that define ``PLUGINS``, sorted."""
+    names = sorted(m.name for m in pkgutil.walk_packages(__path__, prefix=f"{__name__}.") if not m.ispkg)
+    return tuple(n for n in names if hasattr(importlib.import_module(n), "PLUGINS"))
 
 
 def _plugins(kind: type) -> list:
     found = []
-    for module in MODULES:
-        found += [p for p in importlib.import_module(f"{__name__}.{module}").PLUGINS if isinstance(p, kind)]
+    for module in modules():
+        found += [p for p in importlib.import_module(module).PLUGINS if isinstance(p, kind)]
     return found
 
 

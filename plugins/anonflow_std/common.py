@@ -2,7 +2,14 @@
 attribute a method needs (with the error messages that say how to fix the typing), z-scores,
 the plug-in :func:`entropy`, the missing-sensitive-value policy (:func:`missing_sensitive`,
 :func:`real_distinct`, :func:`real_counts`) and :func:`join_nearest` (leftover records
-joining the nearest class)."""
+joining the nearest class).
+
+For metrics: :func:`sensitive_column` and :func:`grading_of` (the sensitive attribute a
+metric reads and its sensitivity grading), :func:`typed_input` and :func:`check_sensitive`
+(a metric's ``check``), :data:`EPS` (the tolerance of a frequency bound c <= alpha * n);
+:func:`aligned` (two inputs hold the same records in ``_row`` order), :func:`numeric_columns`
+(the columns a record-by-record numeric metric compares) and :func:`numeric_values` (those
+columns as numbers, failing in one line on generalized labels)."""
 
 from __future__ import annotations
 
@@ -12,8 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import InputError, Partition, TypedTable, generalization
+from anonflow.api import (ROW, InputError, Partition, StepContext, TypedTable, generalization, numeric_column,
+                          sql_ident)
 from anonflow.builtins import MISSING_CATEGORY
+from anonflow.grading import Grading
 
 if TYPE_CHECKING:
     from anonflow.kernels.encode import Encoded
@@ -177,3 +186,115 @@ def join_nearest(enc: "Encoded", labels: np.ndarray, pending: np.ndarray) -> int
         choice[u] = targets[int(np.argmin(record_distances(enc, i, rows=classed)))]
     labels[pending] = choice[inverse.reshape(-1)]
     return int(pending.size)
+
+
+# -- for metrics: the sensitive attribute and its grading ------------------------------------
+
+#: tolerance of the frequency bound c <= alpha * n (alpha is a decimal such as 0.3).
+EPS = 1e-9
+
+
+def sensitive_column(table: TypedTable, given: str | None, plugin: str) -> str:
+    """The sensitive attribute a plugin works on: ``given``, or the only one typed."""
+    sens = table.typing.sensitive
+    if given is not None:
+        if given not in table.columns:
+            raise InputError(f"{plugin}: parameter 'sensitive' = {given!r} is not a column of the table")
+        return given
+    if len(sens) == 1:
+        return sens[0]
+    if not sens:
+        raise InputError(f"{plugin} needs a sensitive attribute; name it under 'sensitive' in the typing step")
+    raise InputError(f"{plugin} works on one sensitive attribute, but the typing names {len(sens)} "
+                     f"({', '.join(sens)}); choose one with the parameter 'sensitive'")
+
+
+def grading_of(table: TypedTable, column: str, plugin: str) -> Grading:
+    """The sensitivity grading the typing step attached to ``column``."""
+    attr = table.typing.get(column) if column in table.typing else None
+    data = attr.options.get("grading") if attr is not None else None
+    if not data:
+        raise InputError(f"{plugin} needs a sensitivity grading of {column!r}; declare it in the typing step: "
+                         f"sensitive: {{{column}: {{grading: path/to/grading.yaml}}}}")
+    return Grading.from_json(data)
+
+
+def typed_input(tables: Mapping[str, Any]) -> TypedTable | None:
+    """The table whose typing a metric's ``check`` reads: ``anonymized``, or -- when ``anonflow
+    plan`` checks an evaluate step before anything has run -- ``typed``, the table the
+    algorithm producing the anonymized input will receive (algorithms keep its typing)."""
+    for key in ("anonymized", "typed"):
+        if tables.get(key) is not None:
+            return tables[key]
+    return None
+
+
+def check_sensitive(tables: Mapping[str, Any], params: Mapping[str, Any], plugin: str, *,
+                    graded: bool = False) -> None:
+    """A metric's ``check``: the typing names the sensitive attribute it needs (and, with
+    ``graded``, that attribute carries a sensitivity grading)."""
+    table = typed_input(tables)
+    if table is None:
+        return
+    s = sensitive_column(table, params.get("sensitive"), plugin)
+    if graded:
+        grading_of(table, s, plugin)
+
+
+# -- for metrics: records compared one to one ------------------------------------------------
+
+
+def aligned(original: TypedTable, anonymized: TypedTable, metric: str, ctx: StepContext | None = None) -> None:
+    """Both tables must hold the same records in the same (``_row``) order (checked in SQL
+    when a context is given: the tables may be in the store)."""
+    if ctx is not None and original.num_rows == anonymized.num_rows:
+        r = sql_ident(ROW)
+        odd = ctx.sql(f"SELECT count(*) AS n FROM o POSITIONAL JOIN a WHERE o.{r} IS DISTINCT FROM a.{r}",
+                      o=original, a=anonymized).column(0)[0].as_py()
+        same = odd == 0
+    else:
+        same = original.num_rows == anonymized.num_rows and np.array_equal(original.rows(), anonymized.rows())
+    if not same:
+        raise InputError(f"metric {metric!r} compares records one to one, but the two inputs hold different "
+                         f"records ({original.num_rows} vs {anonymized.num_rows}); give it [original, anonymized] "
+                         "from the same workflow")
+
+
+def numeric_columns(original: TypedTable, anonymized: TypedTable, params: Mapping[str, Any], metric: str,
+                    hint: str = "") -> list[str]:
+    """The columns a record-by-record numeric metric compares.
+
+    ``params["columns"]``, by default the continuous quasi-identifiers; both tables must hold
+    the same records (:func:`aligned`) and every column.  ``hint`` ends the error message
+    when there is no such column.
+    """
+    aligned(original, anonymized, metric)
+    cols = params["columns"] or [a.name for a in original.typing.attributes
+                                 if a.role == "quasi" and a.type == "continuous"]
+    if not cols:
+        raise InputError(f"{metric} needs numeric columns: no continuous quasi-identifier is typed{hint}")
+    for c in cols:
+        if c not in original.columns or c not in anonymized.columns:
+            raise InputError(f"{metric}: column {c!r} is not in both tables")
+    return cols
+
+
+#: what a numeric metric given generalized labels suggests (see :func:`numeric_values`)
+GENERALIZED_HINT = ("use a metric that reads generalized values (loss, generalization-rl, relative-loss, "
+                    "reconstruction-distance with form: generalized), or leave {column!r} out of its columns:")
+#: ... and given text in a column not marked generalized
+TEXT_HINT = ("{column!r} is not numeric: name only numeric columns in its columns: (and type a column continuous "
+             "only if it holds numbers); if its text is generalized values, use a metric that reads them (loss, "
+             "generalization-rl, relative-loss)")
+
+
+def numeric_values(table: TypedTable, columns: list[str], metric: str) -> np.ndarray:
+    """The named columns as an ``(n, d)`` float64 array, through
+    :func:`anonflow.generalization.numeric_column`: a column holding generalized labels (a
+    ``lattice`` or ``l-clustering`` output) fails in one line that says which metric needs
+    numbers and what to use instead."""
+    out = np.empty((table.num_rows, len(columns)), dtype=np.float64)
+    for j, name in enumerate(columns):
+        hint = GENERALIZED_HINT if generalization(table, name) else TEXT_HINT
+        out[:, j] = numeric_column(table, name, metric=metric, hint=hint)
+    return out

@@ -45,8 +45,8 @@ def load_adult(path: Path = ADULT, rows: int | None = None) -> Any:
 
 def run_once(table: Any, algorithm: str, params: dict[str, Any], seed: int = 0) -> dict[str, float]:
     from anonflow.testing import make_context
-    from anonflow_std.alphak import ReconstructionDistance
-    from anonflow_std.gca import AlphaIKGca, AlphaKGca
+    from anonflow_std.utility.reconstruction import ReconstructionDistance
+    from anonflow_std.clustering.gca import AlphaIKGca, AlphaKGca
 
     algo = {"alpha-i-k-gca": AlphaIKGca(), "alpha-k-gca": AlphaKGca()}[algorithm]
     full = {"choice": "nearest", "sensitive": None, **({"per": "value"} if algorithm == "alpha-i-k-gca" else {}),

@@ -63,7 +63,7 @@ def arx_adult(sensitive: str | None = None, quasi: list[str] = ARX_QI) -> Any:
     """ARX's Adult with its 8 QIs and hierarchy files (as workflows/arx-adult-k5.yaml);
     ``sensitive``: a column typed sensitive (salary-class, ARX's), for l-diversity."""
     from anonflow.testing import make_context
-    from anonflow_std.hierarchies import ArxFile
+    from anonflow_std.generalization.hierarchies import ArxFile
 
     raw = pacsv.read_csv(DATA / "arx" / "adult.csv", parse_options=pacsv.ParseOptions(delimiter=";"))
     ctx = make_context()
@@ -74,7 +74,7 @@ def arx_adult(sensitive: str | None = None, quasi: list[str] = ARX_QI) -> Any:
 
 def seed004_adult() -> Any:
     from anonflow.testing import make_context
-    from anonflow_std.hierarchies import ArxFile, Intervals, Taxonomy
+    from anonflow_std.generalization.hierarchies import ArxFile, Intervals, Taxonomy
 
     raw = pacsv.read_csv(DATA / "adult" / "adult_full.csv")
     ctx = make_context()
@@ -96,7 +96,7 @@ def seed004_adult() -> Any:
 def run(table: Any, **given: Any) -> dict[str, Any]:
     from anonflow.params import validate_params
     from anonflow.testing import make_context
-    from anonflow_std.lattice import Lattice
+    from anonflow_std.generalization.lattice import Lattice
 
     params = validate_params(Lattice.params, given)
     ctx = make_context()
@@ -121,11 +121,11 @@ ARX_BENCH_QI = ["sex", "age", "race", "marital-status", "education", "native-cou
 
 def arx6(repeat: int = 3, bench: bool = False) -> list[dict[str, Any]]:
     """ARX's six settings on ARX's Adult: best of ``repeat`` runs each, with the search pruned
-    by the loss bound (``after``) and without (``before``: ``anonflow_std.lattice.PRUNE`` off,
+    by the loss bound (``after``) and without (``before``: ``anonflow_std.generalization.lattice.PRUNE`` off,
     the search as it was), interleaved. ``bench``: ARX's benchmark layout (QIs with
     salary-class, occupation sensitive, l = 3)."""
     from anonflow.plugins import get_registry
-    from anonflow_std import lattice
+    from anonflow_std.generalization import lattice
 
     get_registry()
     if bench:

@@ -28,10 +28,12 @@ LS = (2, 5, 12)
 
 def main(dims: list[int]) -> None:
     try:
-        from anonflow_std.lclustering import LClustering, RelativeLoss
+        from anonflow_std.clustering.lclustering import LClustering
+        from anonflow_std.utility.generalized_loss import RelativeLoss
     except ImportError:
         sys.path.insert(0, str(ROOT / "plugins"))
-        from anonflow_std.lclustering import LClustering, RelativeLoss
+        from anonflow_std.clustering.lclustering import LClustering
+        from anonflow_std.utility.generalized_loss import RelativeLoss
     from anonflow.testing import make_context, typed_table
 
     data = pacsv.read_csv(ADULT)

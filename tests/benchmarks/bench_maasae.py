@@ -44,7 +44,7 @@ def load_adult(path: Path = ADULT) -> Any:
 def run_once(table: Any, k: int, p: int, objective: str, seed: int = 0) -> tuple[Any, float, float, list[str]]:
     """(output, wall seconds, CPU seconds, notes) of one run of the plugin."""
     from anonflow.testing import make_context
-    from anonflow_std.maasae import Maasae
+    from anonflow_std.microaggregation.maasae import Maasae
 
     params = {"k": k, "p": p, "objective": objective}
     algo = Maasae()

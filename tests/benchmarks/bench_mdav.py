@@ -1,4 +1,4 @@
-"""Benchmark of the MDAV kernel ``anonflow_std.microagg.mdav_partition``.
+"""Benchmark of the MDAV kernel ``anonflow_std.microaggregation.kernels.mdav_partition``.
 
 Run as a script::
 
@@ -39,10 +39,10 @@ Kernel = Callable[[np.ndarray, int], np.ndarray]
 def load_kernel() -> Kernel:
     """``mdav_partition``, from the installed package or the source tree."""
     try:
-        from anonflow_std.microagg import mdav_partition
+        from anonflow_std.microaggregation.kernels import mdav_partition
     except ImportError:
         sys.path.insert(0, str(ROOT / "plugins"))
-        from anonflow_std.microagg import mdav_partition
+        from anonflow_std.microaggregation.kernels import mdav_partition
     return mdav_partition
 
 

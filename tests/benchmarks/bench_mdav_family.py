@@ -56,10 +56,10 @@ def timed(fn):
 
 def main() -> None:
     sys.path.insert(0, str(ROOT / "plugins"))
-    from anonflow_std.linkage import linked_records
-    from anonflow_std.localsearch import refine_partition
-    from anonflow_std.microagg import mdav_partition, vmdav_partition
-    from anonflow_std.microagg_grey import Grey
+    from anonflow_std.risk.dld import linked_records
+    from anonflow_std.microaggregation.refine import refine_partition
+    from anonflow_std.microaggregation.kernels import mdav_partition, vmdav_partition
+    from anonflow_std.microaggregation.grey import Grey
 
     X = adult()
     if "--quick" in sys.argv:

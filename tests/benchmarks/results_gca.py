@@ -187,7 +187,7 @@ def gca(ks=KS, alphas=ALPHAS) -> None:
     from anonflow.plugins import get_registry
     from anonflow.store import Store
     from anonflow.testing import make_context
-    from anonflow_std.gca import AlphaIKGca, AlphaKGca
+    from anonflow_std.clustering.gca import AlphaIKGca, AlphaKGca
 
     reg = get_registry()
     with tempfile.TemporaryDirectory() as tmp:

@@ -52,7 +52,7 @@ WORKCLASS = {"Non-Government": ["Private", "Self-emp-not-inc", "Self-emp-inc"],
 def lattice(table: Any, **given: Any) -> tuple[Any, list[str], float]:
     from anonflow.params import validate_params
     from anonflow.testing import make_context
-    from anonflow_std.lattice import Lattice
+    from anonflow_std.generalization.lattice import Lattice
 
     params = validate_params(Lattice.params, given)
     ctx = make_context()
@@ -205,7 +205,7 @@ def weights() -> None:
 
     from anonflow.testing import typed_table
     from anonflow_std.common import entropy
-    from anonflow_std.utility import _codes, mutual_information
+    from anonflow_std.utility.hierarchy_loss import _codes, mutual_information
 
     raw = pacsv.read_csv(DATA / "adult" / "adult_full.csv")
     t = typed_table({c: raw.column(c) for c in [*QI11, "income"]},
@@ -233,7 +233,7 @@ def incognito_table(d: int):
     """Adult typed and with hierarchies as workflows/l-incognito-adult.yaml builds them, QI =
     the first d attributes of seed 001's order."""
     from anonflow.testing import make_context, typed_table
-    from anonflow_std.hierarchies import ArxFile, Intervals, Taxonomy
+    from anonflow_std.generalization.hierarchies import ArxFile, Intervals, Taxonomy
 
     if not _HIER:
         raw = pacsv.read_csv(DATA / "adult" / "adult_full.csv")

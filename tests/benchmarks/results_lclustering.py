@@ -44,10 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def _plugins():
     try:
-        from anonflow_std.lclustering import GeneralizationLoss, LClustering
+        from anonflow_std.clustering.lclustering import LClustering
+        from anonflow_std.utility.generalized_loss import GeneralizationLoss
     except ImportError:
         sys.path.insert(0, str(ROOT / "plugins"))
-        from anonflow_std.lclustering import GeneralizationLoss, LClustering
+        from anonflow_std.clustering.lclustering import LClustering
+        from anonflow_std.utility.generalized_loss import GeneralizationLoss
     return GeneralizationLoss, LClustering
 
 

@@ -42,7 +42,8 @@ def run(path: Path, objectives: list[str], seeds: int, settings=tuple(TABLE5)) -
     from bench_maasae import load_adult, run_once
 
     from anonflow.testing import make_context
-    from anonflow_std.metrics_groups import AvgEnt, AvgIl, Cavg, PSensitiveKAnonymity
+    from anonflow_std.privacy.distinct_diversity import PSensitiveKAnonymity
+    from anonflow_std.utility.class_metrics import AvgEnt, AvgIl, Cavg
 
     done = set()
     if path.exists():
@@ -89,7 +90,7 @@ def steps(records: int = 8000, k: int = 10, seed: int = 0, ps=(7, 5)) -> None:
     from bench_maasae import load_adult
 
     from anonflow.kernels.encode import encode
-    from anonflow_std.maasae import maasae_partition
+    from anonflow_std.microaggregation.maasae import maasae_partition
     from anonflow_std.common import sensitive_codes
 
     table = load_adult()

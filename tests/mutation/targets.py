@@ -46,13 +46,16 @@ TARGETS = [
     Target(
         "privacy-sql",
         {
-            f"{STD}/metrics.py": ["KAnonymity.compute"],
-            f"{STD}/metrics_groups.py": ["_by", "_counts_sql", "_published", "_class_sizes_sql", "_claimed",
-                                         "_diversity_report", "LDiversity.compute", "PSensitiveKAnonymity.compute"],
-            f"{STD}/alphak.py": ["published_part", "table_counts_sql", "pair_counts_sql", "pair_consistency_sql",
-                                 "flagged_counts_sql", "alpha_report", "_AlphaCheck.*", "AlphaKAnonymity.compute",
-                                 "AlphaIKAnonymity.compute"],
-            f"{STD}/lossyjoin.py": ["split_tables", "k_figures"],
+            f"{STD}/privacy/kanonymity.py": ["KAnonymity.compute"],
+            f"{STD}/privacy/counts.py": ["grouping", "class_counts_sql", "grouped_part", "claimed", "published_part",
+                                        "table_counts_sql", "pair_counts_sql", "pair_consistency_sql",
+                                        "flagged_counts_sql"],
+            f"{STD}/privacy/distinct_diversity.py": ["_diversity_report", "LDiversity.compute",
+                                                     "PSensitiveKAnonymity.compute"],
+            f"{STD}/utility/class_metrics.py": ["class_sizes_sql"],
+            f"{STD}/privacy/alphak.py": ["alpha_report", "_AlphaCheck.*", "AlphaKAnonymity.compute",
+                                        "AlphaIKAnonymity.compute"],
+            f"{STD}/lossyjoin/publisher.py": ["split_tables", "k_figures"],
         },
         ("tests/test_metrics.py", "tests/test_missing_policy.py", "tests/test_privacy_sql.py",
          "tests/test_lclustering.py", "tests/test_gca.py"),
@@ -60,9 +63,9 @@ TARGETS = [
     Target(
         "partition-holds",
         {
-            f"{STD}/metrics.py": ["KAnonymity.partition_holds"],
-            f"{STD}/metrics_groups.py": ["*.partition_holds"],
-            f"{STD}/alphak.py": ["*.partition_holds"],
+            f"{STD}/privacy/kanonymity.py": ["KAnonymity.partition_holds"],
+            f"{STD}/privacy/distinct_diversity.py": ["*.partition_holds"],
+            f"{STD}/privacy/alphak.py": ["*.partition_holds"],
             f"{STD}/common.py": ["real_counts", "real_distinct"],
         },
         ("tests/test_privacy_sql.py", "tests/test_lattice.py", "tests/test_lattice_oracle.py"),
@@ -70,7 +73,7 @@ TARGETS = [
     Target(
         "lattice",
         {
-            f"{STD}/lattice.py": ["_group", "Space.*", "Search.*", "Lattice.run", "Lattice.run.*",
+            f"{STD}/generalization/lattice.py": ["_group", "Space.*", "Search.*", "Lattice.run", "Lattice.run.*",
                                   "Lattice._best_loss", "Lattice._best_metric"],
             "anonflow/api.py": ["suppression_limit"],
         },
@@ -81,7 +84,7 @@ TARGETS = [
         {
             "anonflow/runner.py": ["Runner._run_algorithm", "Runner._check_suppression", "Runner._check_claims"],
             "anonflow/builtins.py": ["EvaluateStep.run"],
-            f"{STD}/metrics_groups.py": ["_claimed"],
+            f"{STD}/privacy/counts.py": ["claimed"],
         },
         ("tests/test_claims_and_thresholds.py", "tests/test_suppression_and_plan.py", "tests/test_privacy_sql.py",
          "tests/test_plugins.py", "tests/test_hostile_engine.py::test_a_chained_algorithm_claims_its_own_model_not_its_inputs"),
@@ -89,10 +92,10 @@ TARGETS = [
     Target(
         "release",
         {
-            f"{STD}/verify.py": ["verify", "_verify_*", "_compare_check", "_check_signature", "recorded_files",
+            f"{STD}/publishing/verify.py": ["verify", "_verify_*", "_compare_check", "_check_signature", "recorded_files",
                                  "recorded_files.*", "_same"],
-            f"{STD}/checks.py": ["planned_checks", "derive_checks", "claim_checks", "threshold_misses", "verdict"],
-            f"{STD}/release.py": ["integrity", "field_digests", "load_release_table", "_sa_counts",
+            f"{STD}/publishing/checks.py": ["planned_checks", "derive_checks", "claim_checks", "threshold_misses", "verdict"],
+            f"{STD}/publishing/release.py": ["integrity", "field_digests", "load_release_table", "_sa_counts",
                                   "run_file_checks", "file_rows"],
         },
         ("tests/test_release_trust.py", "tests/test_release.py"),
@@ -101,8 +104,9 @@ TARGETS = [
 
 # -- hand-written mutants ---------------------------------------------------------------------
 
-M, MG, AK, LJ, LAT = (f"{STD}/metrics.py", f"{STD}/metrics_groups.py", f"{STD}/alphak.py", f"{STD}/lossyjoin.py",
-                      f"{STD}/lattice.py")
+M, MG, AK, CT, LJ, LAT = (f"{STD}/privacy/kanonymity.py", f"{STD}/privacy/distinct_diversity.py",
+                          f"{STD}/privacy/alphak.py", f"{STD}/privacy/counts.py", f"{STD}/lossyjoin/publisher.py",
+                          f"{STD}/generalization/lattice.py")
 
 HAND = [
     # k-anonymity, in SQL
@@ -133,13 +137,13 @@ HAND = [
                "WHERE n < ? OR r = 0 UNION", "WHERE r = 0 UNION"),
     HandMutant("privacy-sql", "the missing-value marker is bounded like a real value (dropped NOT miss)", AK,
                "FROM counts \"\n                  \"WHERE NOT miss\")", "FROM counts \"\n                  \"WHERE true\")"),
-    HandMutant("privacy-sql", "records of suppressed classes (null _class) counted as a class", AK,
+    HandMutant("privacy-sql", "records of suppressed classes (null _class) counted as a class", CT,
                'f"WHERE {sql_ident(CLASS)} IS NOT NULL"', 'f"WHERE true"'),
-    HandMutant("privacy-sql", "r = n: missing values not taken out of a class's real records", AK,
+    HandMutant("privacy-sql", "r = n: missing values not taken out of a class's real records", CT,
                'f"n - sum(CASE WHEN {miss} THEN c ELSE 0 END) OVER (PARTITION BY cls) AS r', 'f"n AS r'),
     HandMutant("privacy-sql", "a lossy-join pair's class missing from one table goes unseen (IS DISTINCT -> <>)",
-               AK, "WHERE q.n IS DISTINCT FROM s.n", "WHERE q.n <> s.n"),
-    HandMutant("privacy-sql", "SA counts of a class absent from the QI table get dropped (LEFT JOIN -> JOIN)", AK,
+               CT, "WHERE q.n IS DISTINCT FROM s.n", "WHERE q.n <> s.n"),
+    HandMutant("privacy-sql", "SA counts of a class absent from the QI table get dropped (LEFT JOIN -> JOIN)", CT,
                'f"LEFT JOIN (SELECT {cls} AS cls, count(*) AS n FROM {qi} GROUP BY {cls}) q ON s.cls = q.cls"',
                'f"JOIN (SELECT {cls} AS cls, count(*) AS n FROM {qi} GROUP BY {cls}) q ON s.cls = q.cls"'),
     # lossy join, in SQL
@@ -166,18 +170,18 @@ HAND = [
                "return int(math.floor(float(cap) * records + 1e-9))",
                "return int(math.ceil(float(cap) * records - 1e-9))", kind="python"),
     # verify (issue 13's survivors, and what a forger would exploit)
-    HandMutant("release", "verify does not compare workflow.text with its recorded sha256", f"{STD}/verify.py",
+    HandMutant("release", "verify does not compare workflow.text with its recorded sha256", f"{STD}/publishing/verify.py",
                'f.add(text_hash == wf.get("sha256"), "manifest field workflow.text",',
                'f.add(True, "manifest field workflow.text",', kind="python"),
     HandMutant("release", "verify does not report manifest fields added after the release was written",
-               f"{STD}/verify.py", "added = [k for k in now if k not in was]", "added = []", kind="python"),
+               f"{STD}/publishing/verify.py", "added = [k for k in now if k not in was]", "added = []", kind="python"),
     HandMutant("release", "verify does not report manifest fields removed after the release was written",
-               f"{STD}/verify.py", "removed = [k for k in was if k not in now]", "removed = []", kind="python"),
-    HandMutant("release", "verify ignores unlisted .csv / .parquet / .html files", f"{STD}/verify.py",
+               f"{STD}/publishing/verify.py", "removed = [k for k in was if k not in now]", "removed = []", kind="python"),
+    HandMutant("release", "verify ignores unlisted .csv / .parquet / .html files", f"{STD}/publishing/verify.py",
                "if path.name in (MANIFEST, SIGNATURE) or path.name in listed:",
                "if path.name in (MANIFEST, SIGNATURE) or path.name in listed or path.suffix in "
                "('.csv', '.parquet', '.html'):", kind="python"),
-    HandMutant("release", "verify does not compare a file's rows with the manifest", f"{STD}/verify.py",
+    HandMutant("release", "verify does not compare a file's rows with the manifest", f"{STD}/publishing/verify.py",
                'if entry.get("format") in ("parquet", "csv") and rows != entry.get("rows"):',
                'if entry.get("format") in ("parquet", "csv") and rows != rows:', kind="python"),
     # claims and thresholds
@@ -224,9 +228,9 @@ EQUIVALENT: dict[str, str] = {
     f"{LAT}: minimal = np.flatnonzero(search.minimal().reshape(-1)) "
     f"=> minimal = np.flatnonzero(search.minimal().reshape(- 2))":
         "numpy reads any negative size of a one-dimensional reshape as 'the rest': the same flat array",
-    f"{MG}: if by == \"class\" and CLASS not in table.columns: => if by <= \"class\" and CLASS not in table.columns:":
+    f"{CT}: if by == \"class\" and CLASS not in table.columns: => if by <= \"class\" and CLASS not in table.columns:":
         _BY,
-    f"{MG}: if key == \"p\": => if key >= \"p\":":
+    f"{CT}: if key == \"p\": => if key >= \"p\":":
         "key is 'k' (handled above), 'p' or 'l', and 'l' < 'p': >= is == on every key the module passes",
     "anonflow/runner.py: need = min(math.ceil(suppressed / records * 100 - 1e-9) / 100, 1.0) "
     "=> need = min(math.ceil(suppressed / records * 100 * 1e-9) / 100, 1.0)":
@@ -245,13 +249,13 @@ EQUIVALENT: dict[str, str] = {
     "anonflow/runner.py: need = min(round(need + 0.01, 2), 1.0) => need = min(round(need // 0.01, 2), 1.0)":
         "the loop runs only if floor(ceil(100 s / n) / 100 * n) < s, i.e. when the fractional part of 100 s / n "
         "(a multiple of 1 / n) is at most 1e-9: never below a billion records",
-    f"{STD}/verify.py: f.add(False, f\"file {{name}}\", f\"cannot be read: {{_error_text(exc)}}\") "
+    f"{STD}/publishing/verify.py: f.add(False, f\"file {{name}}\", f\"cannot be read: {{_error_text(exc)}}\") "
     f"=> f.add(True, f\"file {{name}}\", f\"cannot be read: {{_error_text(exc)}}\")":
         "the column check reads only files whose sha256 and rows were already read back (intact); a file Parquet "
         "cannot read has failed there first, so this finding's verdict never decides the outcome",
-    f"{MG}: columns = data.column_names if by == \"class\" else [c for c in data.column_names if c != CLASS] "
+    f"{CT}: columns = data.column_names if by == \"class\" else [c for c in data.column_names if c != CLASS] "
     f"=> columns = data.column_names if by == \"class\" else [c for c in data.column_names if c <= CLASS]":
-        "by values, the data comes from _published, which has already dropped _class: the filter removes nothing "
+        "by values, the data comes from grouped_part, which has already dropped _class: the filter removes nothing "
         "that matters (no column left names the class)",
     f"{LAT}: prec += (np.arange(lv.height + 1) / max(lv.height, 1))[grid[i]] "
     f"=> prec += (np.arange(lv.height + 1) * max(lv.height, 1))[grid[i]]": _ORDER,

@@ -1,8 +1,8 @@
 """Grey relational similarity for the MDAV-family loops: GRAV and V-GRAV (seed 003).
 
 :class:`Grey` plugs the *balanced adjacent degree* ``B`` (SPEC section 8, seed 003 Def.
-1-3; ``anonflow.kernels.grey``) into :func:`~anonflow_std.microagg.mdav_partition` and
-:func:`~anonflow_std.microagg.vmdav_partition` in place of the Euclidean distance:
+1-3; ``anonflow.kernels.grey``) into :func:`~anonflow_std.microaggregation.kernels.mdav_partition` and
+:func:`~anonflow_std.microaggregation.kernels.vmdav_partition` in place of the Euclidean distance:
 "farthest" becomes least ``B``, "nearest" becomes largest ``B``, and V-MDAV's extension
 test becomes ``gamma * b_in > b_out``.
 
@@ -45,7 +45,7 @@ Design
 ``B`` is not a metric (no triangle inequality), but it *decreases in every per-attribute
 difference* (``dB/dr(k) = ln(S / r(k)) / (m ln m) > 0`` and ``r(k)`` decreases in
 ``|d_k|``).  So the kd leaves of the Euclidean index (padded leaves with bounding boxes,
-:class:`~anonflow_std.microagg._Leaves`) bound ``B0`` exactly: per box, ``B0`` at the
+:class:`~anonflow_std.microaggregation.kernels._Leaves`) bound ``B0`` exactly: per box, ``B0`` at the
 smallest possible differences is an upper bound and ``B0`` at the largest ones a lower
 bound.  A query computes both bounds for every box at once, evaluates a few promising
 leaves for a first answer, then exactly the leaves whose bound can still beat it.
@@ -79,7 +79,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .microagg import (
+from .kernels import (
     _FAR_LEAVES,
     _MARGIN,
     _NEAR_LEAVES,

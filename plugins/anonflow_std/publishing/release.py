@@ -24,8 +24,8 @@ directory is written next to its target under a temporary name and renamed into 
 failure leaves no release), reading a release back (regular files only; the published table
 rebuilt from its Parquet files, and the privacy checks run on it: :func:`run_file_checks`),
 Ed25519 signing keys, and the :class:`Release` publisher. Which checks apply and how one runs
-is :mod:`anonflow_std.checks`; ``anonflow verify`` is :mod:`anonflow_std.verify`; the report
-page is :mod:`anonflow_std.report`.
+is :mod:`anonflow_std.publishing.checks`; ``anonflow verify`` is :mod:`anonflow_std.publishing.verify`; the report
+page is :mod:`anonflow_std.publishing.report`.
 """
 
 from __future__ import annotations
@@ -54,11 +54,12 @@ from anonflow.api import (CLASS, ROW, InputError, Output, Param, Publisher, RunE
 
 from anonflow.lineage import canonical_json
 
-from . import __version__
+from .. import __version__
+from ..common import sensitive_column
+from ..lossyjoin.publisher import K_MEANING, check_header_name, k_figures, split_tables
+from ..privacy.counts import pair_consistency_sql
 from . import report as report_mod
 from .checks import claim_checks, planned_checks, run_check, scratch_context, threshold_misses, verdict
-from .alphak import pair_consistency_sql, sensitive_column
-from .lossyjoin import K_MEANING, check_header_name, k_figures, split_tables
 from .publishers import csv_columns
 
 SCHEMA_VERSION = 1

@@ -13,7 +13,7 @@ import pyarrow.csv as pacsv
 from anonflow.api import Hierarchy, HierarchyBuilder, InputError, Param, StepContext
 from anonflow.hierarchy import value_keys
 
-from . import __version__
+from .. import __version__
 
 
 class ArxFile(HierarchyBuilder):

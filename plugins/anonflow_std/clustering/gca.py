@@ -23,9 +23,8 @@ from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, Typed
 from anonflow.kernels.distance import record_distances
 from anonflow.kernels.encode import Encoded, encode
 
-from . import __version__
-from .alphak import EPS, grading_of, sensitive_column
-from .common import join_nearest, missing_marker, missing_sensitive
+from .. import __version__
+from ..common import EPS, grading_of, join_nearest, missing_marker, missing_sensitive, sensitive_column
 
 CHOICES = ("nearest", "random", "first")
 

@@ -13,7 +13,7 @@ parameter sweep (when the store holds one), and the run's lineage graph.
 This module builds the page and computes what it shows: the parameter sweep (:func:`sweep`,
 which the release manifest records too), class sizes, per-attribute loss, the plots and the
 lineage graph. Which privacy checks apply to the released table, and running them, is
-:mod:`anonflow_std.checks`; ``anonflow verify`` is :mod:`anonflow_std.verify`.
+:mod:`anonflow_std.publishing.checks`; ``anonflow verify`` is :mod:`anonflow_std.publishing.verify`.
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ from typing import Any, Mapping
 import networkx as nx
 import numpy as np
 
-from anonflow.api import CLASS, ROW, InputError, RunInfo, TypedTable
+from anonflow.api import CLASS, ROW, InputError, RunInfo, TypedTable, sql_ident
 from anonflow.builtins import metric_entries
 from anonflow.lineage import canonical_json
 
-from . import __version__
+from .. import __version__
 from .checks import clean_number, planned_checks, run_check, scratch_context
-from .metrics import sql_ident
 
 #: the rule that picks the runs of a parameter sweep (also shown on the page and in docs/releases.md)
 SWEEP_RULE = ("points: this run and the earlier successful runs of the same workflow (same name and same file "
@@ -525,7 +524,7 @@ def render(info: RunInfo, registry: Any) -> str:
     claim_text = "; ".join(f"<code>{_e(k)}</code> {_e(params_text(v))}" for k, v in sorted(claims.items()))
     kfig = ""
     if layout == "lossy-join" and table is not None and CLASS in table.columns:
-        from .lossyjoin import K_MEANING, k_figures
+        from ..lossyjoin.publisher import K_MEANING, k_figures
 
         ks = k_figures(table.data.select([*[q for q in table.typing.quasi if q in table.columns], CLASS]),
                        table.typing.quasi, CLASS, info.sql)

@@ -1,10 +1,10 @@
 """Microaggregation algorithms: the MDAV family (SPEC section 8) and partition refinement.
 
 ``mdav``, ``v-mdav``, ``grav`` and ``v-grav`` share one implementation: two loops
-(:func:`~anonflow_std.microagg.mdav_partition`, :func:`~anonflow_std.microagg.vmdav_partition`)
-and a pluggable similarity (:class:`~anonflow_std.microagg.Euclidean` or
-:class:`~anonflow_std.microagg_grey.Grey`).  ``refine`` improves any given partition by
-local search (:mod:`anonflow_std.localsearch`).
+(:func:`~anonflow_std.microaggregation.kernels.mdav_partition`, :func:`~anonflow_std.microaggregation.kernels.vmdav_partition`)
+and a pluggable similarity (:class:`~anonflow_std.microaggregation.kernels.Euclidean` or
+:class:`~anonflow_std.microaggregation.grey.Grey`).  ``refine`` improves any given partition by
+local search (:mod:`anonflow_std.microaggregation.refine`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable, sql_ident
 
-from . import __version__
-from .common import continuous_quasi, zscores
+from .. import __version__
+from ..common import continuous_quasi, zscores
 
 
 def publish_group_means(table: TypedTable, columns: list[str], X: np.ndarray, labels: np.ndarray,
@@ -100,7 +100,7 @@ class Mdav(_Microaggregation):
     )
 
     def partition(self, Z, params, report, ctx):
-        from .microagg import mdav_partition
+        from .kernels import mdav_partition
 
         return mdav_partition(Z, params["k"], progress=report)
 
@@ -117,8 +117,8 @@ class Grav(_Microaggregation):
     )
 
     def partition(self, Z, params, report, ctx):
-        from .microagg import mdav_partition
-        from .microagg_grey import Grey
+        from .kernels import mdav_partition
+        from .grey import Grey
 
         return mdav_partition(Z, params["k"], progress=report, similarity=Grey(params["zeta"]))
 
@@ -130,7 +130,7 @@ class _Variable(_Microaggregation):
         raise NotImplementedError
 
     def partition(self, Z, params, report, ctx):
-        from .microagg import vmdav_partition
+        from .kernels import vmdav_partition
 
         sim = self.similarity(params)
         k = params["k"]
@@ -158,7 +158,7 @@ class VMdav(_Variable):
     )
 
     def similarity(self, params):
-        from .microagg import Euclidean
+        from .kernels import Euclidean
 
         return Euclidean()
 
@@ -177,7 +177,7 @@ class VGrav(_Variable):
     )
 
     def similarity(self, params):
-        from .microagg_grey import Grey
+        from .grey import Grey
 
         return Grey(params["zeta"])
 
@@ -208,7 +208,7 @@ class Refine(Algorithm):
         continuous_quasi(table, self.name)
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
-        from .localsearch import refine_partition
+        from .refine import refine_partition
 
         if len(ctx.inputs) != 2:
             raise InputError("refine takes two inputs: [original typed table, a partition with _class]")

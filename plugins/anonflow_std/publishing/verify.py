@@ -5,8 +5,8 @@ symbolic link, FIFO, device or folder is ever opened); (1) the manifest's fields
 their digests and its schema, the workflow text against its sha256, every file's sha256 and
 rows, no missing or unlisted file, each CSV file against its Parquet partner cell by cell,
 the published columns against the typing, the metric verdicts, and the signature; (2) the
-privacy checks, derived from what the release claims (:mod:`anonflow_std.checks`) and run on
-the published files alone (:func:`anonflow_std.release.run_file_checks`), against the
+privacy checks, derived from what the release claims (:mod:`anonflow_std.publishing.checks`) and run on
+the published files alone (:func:`anonflow_std.publishing.release.run_file_checks`), against the
 manifest's record; (3) with ``rerun``, the recorded workflow re-run confined to a scratch
 folder holding copies of the recorded, hash-pinned files only (a source named by absolute
 path: at that path, or by its file name in ``--sources DIR``, see :func:`_locate`), and every
@@ -380,7 +380,7 @@ def _verify_checks(release: Path, manifest: Mapping[str, Any], registry: Any, f:
         if new["check"] in rec_builtin:
             _compare_check(f, *rec_builtin[new["check"]], new, lossy, manifest)
         elif new["check"] == "lossy-join-k":  # written before the k figures were recorded: show them
-            from .lossyjoin import k_sentence
+            from ..lossyjoin.publisher import k_sentence
 
             f.add(True, "lossy-join k figures", "not recorded in this release's manifest; from the published "
                                                 "files: " + k_sentence(new["result"]), show=True)
@@ -438,7 +438,7 @@ def _compare_check(f: Findings, i: int | None, old: Mapping[str, Any] | None, ne
              for k in diffs] + ([] if old.get("holds") is new["holds"] else
                                 [f"holds: recorded {old.get('holds')!r}, now {new['holds']!r}"])))
     elif new["check"] == "lossy-join-k":
-        from .lossyjoin import k_sentence
+        from ..lossyjoin.publisher import k_sentence
 
         f.add(True, label, "measures only, and the published files give the recorded figures: "
                            + k_sentence(new["result"]), show=True)

@@ -84,8 +84,8 @@ from anonflow.api import (CLASS, Algorithm, InputError, Metric, Param, Partition
                           Typing, mark_generalized, sql_ident, suppression_limit)
 from anonflow.params import ParamError, validate_params
 
-from . import __version__
-from .utility import HierarchyLoss, Levels, LossModel, need_hierarchies
+from .. import __version__
+from ..utility.hierarchy_loss import HierarchyLoss, Levels, LossModel, need_hierarchies
 
 #: evaluated partitions kept to roll coarser nodes up from.
 CACHE = 48
@@ -866,7 +866,7 @@ def _unreachable(space: Space, model: Metric, mparams: Mapping[str, Any], holds,
     class of the top node. Reads the usual parameters: ``k`` (class size), ``l`` / ``p``
     (distinct sensitive values per class), ``alpha`` and a grading's alpha_i (largest share of
     a value). Vectorized: one partition of the top node and one of the whole table."""
-    from .alphak import sensitive_column
+    from ..common import sensitive_column
 
     n = space.n
     table = space.table
@@ -900,8 +900,7 @@ def _unreachable_sensitive(space: Space, model: Metric, mparams: Mapping[str, An
                            where: str) -> list[str]:
     """:func:`_unreachable` for the parameters on the sensitive attribute ``s``: ``l`` / ``p``,
     ``alpha`` and a grading's alpha_i (a missing value is no value, as the models count)."""
-    from .alphak import grading_of
-    from .common import real_counts, real_distinct
+    from ..common import grading_of, real_counts, real_distinct
 
     n = space.n
     table = space.table

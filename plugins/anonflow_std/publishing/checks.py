@@ -12,8 +12,8 @@
   the evaluate step's thresholds on a check's values.
 
 The release publisher runs these on the files it writes
-(:func:`anonflow_std.release.run_file_checks`), ``anonflow verify`` on a release's files
-(:mod:`anonflow_std.verify`), and the report page shows them (:mod:`anonflow_std.report`).
+(:func:`anonflow_std.publishing.release.run_file_checks`), ``anonflow verify`` on a release's files
+(:mod:`anonflow_std.publishing.verify`), and the report page shows them (:mod:`anonflow_std.publishing.report`).
 """
 
 from __future__ import annotations

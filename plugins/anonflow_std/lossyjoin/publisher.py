@@ -12,7 +12,7 @@ as files (Parquet or CSV, atomically) and kept in the store (``ctx.store_table``
 ``steps."<workflow>.<step>.qi"`` and ``steps."<workflow>.<step>.sa"``). Parquet files carry
 ``anonflow.lossy-join`` schema metadata naming their role, the class column, the sensitive
 attribute and the partner file, so a checker can pair them again
-(:func:`anonflow_std.alphak.pair_counts_sql`).
+(:func:`anonflow_std.privacy.counts.pair_counts_sql`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from anonflow.api import CLASS, InputError, Output, Param, Publisher, StepContext, TypedTable, atomic_write
+from anonflow.api import CLASS, InputError, Output, Param, Publisher, StepContext, TypedTable, atomic_write, sql_ident
 
-from . import __version__
-from .alphak import sensitive_column
-from .metrics import sql_ident
-from .publishers import csv_columns
+from .. import __version__
+from ..common import sensitive_column
+from ..publishing.publishers import csv_columns
 
 
 def split_tables(table: TypedTable, sensitive: str, sql: Any, class_column: str = "class_id",

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from anonflow.api import Output, Param, Publisher, StepContext, TypedTable, atomic_write, sql_ident
 
-from . import __version__
+from .. import __version__
 
 
 #: text cells that a spreadsheet would read as a formula (OWASP: CSV injection)

@@ -56,8 +56,8 @@ from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, Typed
 from anonflow.kernels.distance import centroids
 from anonflow.kernels.encode import Continuous, Encoded, Nominal, Ordinal, Semantic, encode
 
-from . import __version__
-from .common import entropy, join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
+from .. import __version__
+from ..common import entropy, join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
 
 __all__ = ["Maasae", "maasae_partition", "record_scores", "entropy", "apf", "OBJECTIVES"]
 

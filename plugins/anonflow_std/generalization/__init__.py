@@ -1,0 +1,1 @@
+"""Hierarchy-based generalization: the ``lattice`` search and the hierarchy builders."""

@@ -1,0 +1,2 @@
+"""Microaggregation: the MDAV family (``mdav``, ``v-mdav``, ``grav``, ``v-grav``, ``refine``; kernels,
+grey similarity, local search) and ``maasae``."""

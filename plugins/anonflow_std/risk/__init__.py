@@ -1,0 +1,1 @@
+"""Disclosure-risk measures: metrics of category ``risk``."""

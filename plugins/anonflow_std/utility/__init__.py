@@ -1,0 +1,1 @@
+"""Utility (information-loss) metrics: metrics of category ``utility``."""
