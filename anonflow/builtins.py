@@ -858,9 +858,14 @@ class EvaluateStep(Builtin):
         Param("metrics", "any", help="metric names, or {name: {param: value}}"),
         Param("thresholds", "dict", default={}, help="value name -> {min: x, max: y}; a miss fails the run"),
         Param("enforce", "bool", default=True, help="fail the run when a privacy check does not hold"),
+        Param("risk_before", "bool", default=False,
+              help="also measure every risk metric on the original (the first input): values <metric>.before[.x]"),
     )
 
     def validate(self, params, inputs, registry, where):
+        if params.get("risk_before") and len(inputs) < 2:
+            raise WorkflowError("risk_before measures the original too: give two inputs, [original, anonymized]",
+                                where=where)
         for name, mparams in metric_entries(params["metrics"], where):
             reg = registry.get("metric", name, where=where)
             if reg.obj.requires_original and len(inputs) < 2:
@@ -897,6 +902,7 @@ class EvaluateStep(Builtin):
     def _evaluate(self, tables: Sequence[TypedTable], params: Mapping[str, Any], registry: Any, ctx: StepContext,
                   where: str, scratch: list[TypedTable]) -> tuple[dict[str, float], list[str]]:
         original, anonymized = (tables[0], tables[1]) if len(tables) == 2 else (None, tables[0])
+        unpublished = original  # every original record, before suppressed ones are set apart
         if original is not None and anonymized.num_rows < original.num_rows and ROW in anonymized.columns:
             # records suppressed by the algorithm: compare the published ones with their originals
             if original.loaded or anonymized.loaded or ctx.derive is None:
@@ -920,22 +926,13 @@ class EvaluateStep(Builtin):
                 reg.obj.check(mparams, original=original, anonymized=anonymized)
             else:
                 reg.obj.check(mparams, anonymized=anonymized)
-            try:
-                result = reg.obj.compute(original, anonymized, mparams, ctx)
-            except (InputError, RunError):
-                raise
-            except Exception as exc:
-                raise RunError(f"metric {name!r} ({reg.distribution} {reg.version}) failed: "
-                               f"{type(exc).__name__}: {exc}", where=where) from exc
-            for key, value in result.items():
-                if key != name and not key.startswith(name + "."):
-                    raise RunError(f"metric {name!r} returned the value {key!r}; names must start with {name!r}",
-                                   where=where)
-                try:
-                    values[key] = float(value)
-                except (TypeError, ValueError):
-                    raise RunError(f"metric {name!r} returned a non-number for {key!r}: {value!r}",
-                                   where=where) from None
+            result = self._compute(reg, name, original, anonymized, mparams, ctx, where)
+            values.update(self._values(name, result, where))
+            if params.get("risk_before") and reg.obj.category == "risk" and unpublished is not None:
+                # the same measure on the original, as if it were published unchanged
+                before = self._compute(reg, name, None, unpublished, mparams, ctx, where)
+                values.update(self._values(name, {name + ".before" + k[len(name):]: v for k, v in before.items()},
+                                           where))
             holds = result.get(f"{name}.holds")
             if params["enforce"] and reg.obj.category == "privacy" and holds is not None and not holds:
                 failures.append(f"privacy check {name!r} does not hold ({_fmt_detail(name, result)})")
@@ -949,6 +946,33 @@ class EvaluateStep(Builtin):
             if "max" in bound and not (v <= bound["max"]):
                 failures.append(f"{key} = {v:g} is above the threshold max {bound['max']:g}")
         return values, failures
+
+
+    @staticmethod
+    def _compute(reg: Any, name: str, original: TypedTable | None, anonymized: TypedTable,
+                 mparams: Mapping[str, Any], ctx: StepContext, where: str) -> Mapping[str, Any]:
+        try:
+            return reg.obj.compute(original, anonymized, mparams, ctx)
+        except (InputError, RunError):
+            raise
+        except Exception as exc:
+            raise RunError(f"metric {name!r} ({reg.distribution} {reg.version}) failed: "
+                           f"{type(exc).__name__}: {exc}", where=where) from exc
+
+    @staticmethod
+    def _values(name: str, result: Mapping[str, Any], where: str) -> dict[str, float]:
+        """A metric's values as numbers, each named ``name`` or ``name.<detail>``."""
+        values: dict[str, float] = {}
+        for key, value in result.items():
+            if key != name and not key.startswith(name + "."):
+                raise RunError(f"metric {name!r} returned the value {key!r}; names must start with {name!r}",
+                               where=where)
+            try:
+                values[key] = float(value)
+            except (TypeError, ValueError):
+                raise RunError(f"metric {name!r} returned a non-number for {key!r}: {value!r}",
+                               where=where) from None
+        return values
 
 
 def _fmt_detail(name: str, result: Mapping[str, Any]) -> str:
