@@ -19,9 +19,11 @@ for a number, a set of categories, a hierarchy node) publishes it as follows:
     publishes);
 
   other keys may be added (``l-clustering`` records the ordered loss's resolution, ``res``);
-* a **suppressed cell** (a value withheld, not generalized) is published as null. (The
-  privacy checks still count a null as one value of its own; treating it as "matches
-  anything" is left to a later change.)
+* a **suppressed cell** (a value withheld, not generalized) is published as null and, as in
+  sdcMicro, matches any value when classes are counted (``anonflow_std.privacy.wildcard``).
+  What every privacy check and risk measure does with it -- count it as a wildcard, or refuse
+  the table in one line, never count it as a value of its own -- is listed in one place:
+  docs/algorithms.md, "Suppressed cells as wildcards".
 
 Labels are rendered one way: :func:`interval_label` (``[lo-hi]``; a single value when
 ``lo == hi``; integral numbers without ``.0``; an ordinal interval ``[low..high]``) and

@@ -267,10 +267,12 @@ def test_reidentification_risk_metric_with_population_and_fallback():
     assert any("not available" in n for n in ctx.notes)
 
 
-def test_nulls_are_one_value_and_types_may_differ_in_the_population():
+def test_nulls_are_wildcards_and_types_may_differ_in_the_population():
+    # a null is a suppressed cell and matches any value: a and b are each compatible with the
+    # two nulls (count 3), the nulls with everything (4): no sample unique; 3 distinct keys
     t = typed_table({"zip": ["a", None, None, "b"]}, quasi={"zip": "nominal"})
     out = R.SampleUniqueness().compute(None, t, {}, make_context())
-    assert out["sample-uniqueness"] == 0.5 and out["sample-uniqueness.classes"] == 3.0
+    assert out["sample-uniqueness"] == 0.0 and out["sample-uniqueness.classes"] == 3.0
     sample = typed_table({"age": [30, 30, 41]}, quasi={"age": "nominal"})
     population = typed_table({"age": ["30", "30", "30", "41"]}, quasi={"age": "nominal"})
     ctx = make_context()

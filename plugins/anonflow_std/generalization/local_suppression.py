@@ -44,9 +44,11 @@ Cells null in the input are wildcards from the start and are not counted as supp
 **Output.** The records with the blanked cells null (their types kept), the other columns as
 they are, and ``_class``: records with the same published key, nulls included, share a class
 id (int64, 0, 1, ... in the sorted order of the keys). The typing is unchanged (the convention
-asks no marking for a suppressed cell). The step claims nothing: the engine checks claims with
-the ``k-anonymity`` metric, which still counts a null as a value of its own. It notes the k
-reached and the cells suppressed per quasi-identifier. More than ``max_cells`` of the
+asks no marking for a suppressed cell). The step claims ``k-anonymity`` with ``k``, which the
+engine checks on the output with the ``k-anonymity`` metric: with nulls in the published
+quasi-identifiers it counts them as wildcards too (the smallest compatible count must reach
+``k``; docs/algorithms.md, "Suppressed cells as wildcards", lists what every check and risk
+measure does with them). It notes the k reached and the cells suppressed per quasi-identifier. More than ``max_cells`` of the
 quasi-identifier cells suppressed fails the step with the fraction that would have been needed.
 """
 
@@ -162,6 +164,10 @@ class LocalSuppression(Algorithm):
         Param("max_cells", "float", default=0.1, min=0.0, max=1.0,
               help="largest fraction of the quasi-identifier cells (records x QIs) that may be suppressed"),
     )
+
+    def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        # checked by the k-anonymity metric, which counts suppressed cells as wildcards
+        return {"k-anonymity": {"k": params["k"]}}
 
     def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **_: Any) -> None:
         if table is None:

@@ -19,6 +19,7 @@ from anonflow.grading import Grading
 from .. import __version__
 from ..common import EPS, check_sensitive, grading_of, missing_marker, real_counts, sensitive_column
 from .counts import Sql, counted_part, flagged_counts_sql, grading_bounds, table_counts_sql
+from .wildcard import refuse_null_qis
 
 
 def alpha_report(sql: Sql, counts_sql: str, tables: Mapping[str, Any], *, k: int | None,
@@ -141,6 +142,7 @@ class AlphaKAnonymity(_AlphaCheck):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
+        refuse_null_qis(ctx, anonymized, self.name)
         s, k = self._resolve(anonymized, params)
         alpha = params["alpha"] if params["alpha"] is not None else anonymized.claims.get(self.name, {}).get("alpha")
         if alpha is None:
@@ -193,6 +195,7 @@ class AlphaIKAnonymity(_AlphaCheck):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
+        refuse_null_qis(ctx, anonymized, self.name)
         s, k = self._resolve(anonymized, params)
         grading = grading_of(anonymized, s, self.name)
         per = params["per"] or anonymized.claims.get(self.name, {}).get("per") or "value"

@@ -25,6 +25,7 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 from .. import __version__
 from ..common import real_distinct, sensitive_column
 from .counts import BY, SENSITIVE, claimed, class_counts_sql, grouped_part, grouping
+from .wildcard import refuse_null_qis
 
 
 def _missing_out(out: dict[str, float], metric: str, row: Mapping[str, Any], s: str, ctx: StepContext) -> None:
@@ -74,6 +75,7 @@ class LDiversity(Metric):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
+        refuse_null_qis(ctx, anonymized, self.name)
         s = sensitive_column(anonymized, params["sensitive"], self.name)
         by = grouping(anonymized, params, self.name)
         l = params["l"] if params["l"] is not None else claimed(anonymized, "l")
@@ -116,6 +118,7 @@ class PSensitiveKAnonymity(Metric):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
+        refuse_null_qis(ctx, anonymized, self.name)
         s = sensitive_column(anonymized, params["sensitive"], self.name)
         by = grouping(anonymized, params, self.name)
         k = params["k"] if params["k"] is not None else claimed(anonymized, "k")

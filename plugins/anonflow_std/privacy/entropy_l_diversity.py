@@ -27,6 +27,7 @@ import pyarrow as pa
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable
 from anonflow.hierarchy import value_keys
 from anonflow_std.common import missing_marker, real_counts
+from anonflow_std.privacy.wildcard import refuse_null_qis
 
 __version__ = "0.1.0"
 
@@ -116,6 +117,7 @@ class EntropyLDiversity(Metric):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
+        refuse_null_qis(ctx, anonymized, self.name)
         s = _sensitive(anonymized, params.get("sensitive"), self.name)
         l = params.get("l")
         if l is None:

@@ -1,6 +1,12 @@
 """``k-anonymity`` (privacy check): the smallest class, by published QI values or by
 ``_class`` (DuckDB SQL), and, for the ``lattice`` search, the same check on a
-:class:`~anonflow.api.Partition` (``partition_holds``)."""
+:class:`~anonflow.api.Partition` (``partition_holds``).
+
+A published quasi-identifier holding nulls (suppressed cells, e.g. ``local-suppression``'s
+output) is counted with the nulls as wildcards (``.wildcard``; docs/algorithms.md, "Suppressed
+cells as wildcards"): the k achieved is the smallest compatible count. Without a null the
+plain ``GROUP BY`` runs, as always. A lattice partition never holds a null: the lattice
+suppresses whole records."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import numpy as np
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable, sql_ident
 
 from .. import __version__
+from .wildcard import COUNT, key_counts, null_records
 
 
 class KAnonymity(Metric):
@@ -42,6 +49,9 @@ class KAnonymity(Metric):
             published, group = anonymized, sql_ident(CLASS)
         else:
             published, group = anonymized, ", ".join(sql_ident(c) for c in quasi)
+        nulls = null_records(ctx, anonymized, quasi)
+        if by == "values" and nulls:
+            return self._wildcards(anonymized, quasi, k, nulls, ctx)
         row = ctx.sql(
             f"WITH classes AS (SELECT count(*) AS n FROM published GROUP BY {group}) "
             "SELECT min(n), count(*), count(*) FILTER (WHERE n < ?) FROM classes",
@@ -52,10 +62,29 @@ class KAnonymity(Metric):
             # counted by class id, k is a claim about the class structure (what a lossy join
             # guarantees), not about what an attacker sees: report the QI values' k beside it
             values = anonymized
-            vk = ctx.sql(f"SELECT min(n) AS k FROM (SELECT count(*) AS n FROM published GROUP BY "
-                         f"{', '.join(sql_ident(c) for c in quasi)})", published=values).to_pylist()[0]["k"]
+            if nulls:  # suppressed cells are wildcards
+                fk = key_counts(ctx, values, quasi).column(COUNT).to_numpy(zero_copy_only=False)
+                vk = int(fk.min()) if fk.size else 0
+            else:
+                vk = ctx.sql(f"SELECT min(n) AS k FROM (SELECT count(*) AS n FROM published GROUP BY "
+                             f"{', '.join(sql_ident(c) for c in quasi)})", published=values).to_pylist()[0]["k"]
             out["k-anonymity.by_qi_values"] = float(vk or 0)
         if k is not None:
+            out.update({"k-anonymity.k": float(k), "k-anonymity.violating_classes": float(violating),
+                        "k-anonymity.holds": float(violating == 0)})
+        return out
+
+    def _wildcards(self, table: TypedTable, quasi: list[str], k: int | None, nulls: int,
+                   ctx: StepContext) -> dict[str, float]:
+        """Published QIs with nulls: suppressed cells match any value (sdcMicro's ``fk``); the
+        smallest compatible count is the k achieved, ``.classes`` the distinct published keys
+        (nulls included), ``.violating_classes`` the keys whose compatible count is below k."""
+        keys = key_counts(ctx, table, quasi)
+        fk = keys.column(COUNT).to_numpy(zero_copy_only=False)
+        out = {"k-anonymity": float(fk.min()) if fk.size else 0.0, "k-anonymity.classes": float(fk.size),
+               "k-anonymity.null_records": float(nulls)}
+        if k is not None:
+            violating = int((fk < k).sum())
             out.update({"k-anonymity.k": float(k), "k-anonymity.violating_classes": float(violating),
                         "k-anonymity.holds": float(violating == 0)})
         return out

@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable, generalization, sql_ident
 from anonflow.hierarchy import value_keys
+from anonflow_std.privacy.wildcard import refuse_null_qis
 
 try:  # a parameter naming another step's table (anonflow >= the ctx.table change)
     from anonflow.params import KINDS as _KINDS
@@ -208,6 +209,7 @@ class DeltaPresence(Metric):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
+        refuse_null_qis(ctx, anonymized, self.name, "matching published classes with population classes is not implemented for wildcards; evaluate it on a table without suppressed cells, or use k-anonymity (nulls as wildcards)")
         claim = anonymized.claims.get(self.name, {})
         dmax = params.get("delta_max") if params.get("delta_max") is not None else claim.get("delta_max")
         dmin = params.get("delta_min") or 0.0
@@ -257,6 +259,7 @@ class KMap(Metric):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
+        refuse_null_qis(ctx, anonymized, self.name, "matching published classes with population classes is not implemented for wildcards; evaluate it on a table without suppressed cells, or use k-anonymity (nulls as wildcards)")
         k = params.get("k") if params.get("k") is not None else anonymized.claims.get(self.name, {}).get("k")
         n = self.name
         if params.get("estimator") and not params.get("population"):

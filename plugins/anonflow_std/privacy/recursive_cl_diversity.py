@@ -30,6 +30,7 @@ import pyarrow as pa
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable
 from anonflow.hierarchy import value_keys
 from anonflow_std.common import missing_marker, real_counts
+from anonflow_std.privacy.wildcard import refuse_null_qis
 
 __version__ = "0.1.0"
 
@@ -119,6 +120,7 @@ class RecursiveCLDiversity(Metric):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
+        refuse_null_qis(ctx, anonymized, self.name)
         s = _sensitive(anonymized, params.get("sensitive"), self.name)
         claim = anonymized.claims.get(self.name, {})
         c = params.get("c") if params.get("c") is not None else claim.get("c")

@@ -19,6 +19,12 @@ rest (all True when the partition holds as it is). Without suppression a node pa
 if it holds as it is. Monotone: merging classes lowers C for the same n; with suppression,
 the records a generalization must suppress are never more (the classes of the coarser node
 made only of suppressed finer classes cover a solution), so both flags are true.
+
+Suppressed cells (nulls in the published QIs, ``by: values``) match any value
+(``.wildcard``; docs/algorithms.md, "Suppressed cells as wildcards"): a record's risk is
+1 / its compatible count f, so ``average-risk`` is the mean of 1 / f over the records and
+``highest-risk`` is 1 / min f (``.classes``: the distinct published keys). ``by: class`` counts
+class ids, as always; a lattice partition never holds a null (it suppresses whole records).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import pyarrow as pa
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable
 from anonflow.hierarchy import value_keys
 from anonflow_std.common import real_counts
+from anonflow_std.privacy.wildcard import COUNT, key_counts, null_records
 
 __version__ = "0.1.0"
 
@@ -112,6 +119,20 @@ def smallest_first(sizes: np.ndarray, max_risk: float) -> np.ndarray:
     return keep
 
 
+def _wildcard_sizes(table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> pa.Table | None:
+    """With nulls in the published QIs (``by: values``): ``(n, f)`` per distinct published key,
+    ``n`` its records and ``f`` its compatible count (a suppressed cell matches any value, so a
+    prosecutor's candidates for a record are the f records compatible with it); None without a
+    null (the classes are then counted as always)."""
+    if (params.get("by") or "values") != "values":
+        return None
+    quasi = [q for q in table.typing.quasi if q in table.columns]
+    if not quasi or not null_records(ctx, table, quasi):
+        return None
+    keys = key_counts(ctx, table, quasi)
+    return pa.table({"n": keys.column("_af_n"), "f": keys.column(COUNT)})
+
+
 def _class_sizes(table: TypedTable, params: Mapping[str, Any], plugin: str, ctx: StepContext) -> pa.Table:
     classed = _classed(table, params, plugin, ctx)
     return ctx.sql("SELECT cls, count(*)::BIGINT AS n FROM classed GROUP BY cls", classed=classed)
@@ -133,6 +154,18 @@ class AverageRisk(Metric):
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         mx = params.get("max") if params.get("max") is not None else anonymized.claims.get(self.name, {}).get("max")
+        wild = _wildcard_sizes(anonymized, params, ctx)
+        if wild is not None:  # the mean of 1 / compatible count over the records
+            row = ctx.sql("SELECT coalesce(sum(n / f), 0) AS risk, count(*) AS keys, coalesce(sum(n), 0) AS records "
+                          "FROM w", w=wild).to_pylist()[0]
+            records = int(row["records"])
+            n = self.name
+            out = {n: float(row["risk"]) / records if records else 0.0, f"{n}.classes": float(row["keys"]),
+                   f"{n}.records": float(records)}
+            if mx is not None:
+                ok = records == 0 or float(row["risk"]) <= mx * records + EPS * max(records, 1)
+                out.update({f"{n}.max": float(mx), f"{n}.holds": float(ok)})
+            return out
         sizes = _class_sizes(anonymized, params, self.name, ctx)
         row = ctx.sql("SELECT count(*) AS classes, coalesce(sum(n), 0) AS records FROM sizes",
                       sizes=sizes).to_pylist()[0]
@@ -168,11 +201,18 @@ class HighestRisk(Metric):
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         mx = params.get("max") if params.get("max") is not None else anonymized.claims.get(self.name, {}).get("max")
-        sizes = _class_sizes(anonymized, params, self.name, ctx)
-        row = ctx.sql("SELECT count(*) AS classes, min(n) AS smallest, "
-                      "count(*) FILTER (WHERE n * ? < 1 - ?) AS violating, "
-                      "coalesce(sum(n) FILTER (WHERE n * ? < 1 - ?), 0) AS at_risk FROM sizes",
-                      [float(mx or 1.0), EPS, float(mx or 1.0), EPS], sizes=sizes).to_pylist()[0]
+        wild = _wildcard_sizes(anonymized, params, ctx)
+        if wild is not None:  # compatible counts for class sizes: a key of compatible count f, n records
+            row = ctx.sql("SELECT count(*) AS classes, min(f) AS smallest, "
+                          "count(*) FILTER (WHERE f * ? < 1 - ?) AS violating, "
+                          "coalesce(sum(n) FILTER (WHERE f * ? < 1 - ?), 0) AS at_risk FROM w",
+                          [float(mx or 1.0), EPS, float(mx or 1.0), EPS], w=wild).to_pylist()[0]
+        else:
+            sizes = _class_sizes(anonymized, params, self.name, ctx)
+            row = ctx.sql("SELECT count(*) AS classes, min(n) AS smallest, "
+                          "count(*) FILTER (WHERE n * ? < 1 - ?) AS violating, "
+                          "coalesce(sum(n) FILTER (WHERE n * ? < 1 - ?), 0) AS at_risk FROM sizes",
+                          [float(mx or 1.0), EPS, float(mx or 1.0), EPS], sizes=sizes).to_pylist()[0]
         n = self.name
         smallest = row["smallest"]
         out = {n: 1.0 / smallest if smallest else 0.0, f"{n}.classes": float(row["classes"] or 0),

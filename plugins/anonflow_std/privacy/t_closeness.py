@@ -46,6 +46,7 @@ import pyarrow as pa
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable
 from anonflow.hierarchy import value_keys
 from anonflow_std.common import missing_marker, real_counts
+from anonflow_std.privacy.wildcard import refuse_null_qis
 
 __version__ = "0.1.0"
 
@@ -212,6 +213,7 @@ class TCloseness(Metric):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
+        refuse_null_qis(ctx, anonymized, self.name)
         s = _sensitive(anonymized, params.get("sensitive"), self.name)
         t = params.get("t") if params.get("t") is not None else anonymized.claims.get(self.name, {}).get("t")
         distance = params.get("distance") or "equal"

@@ -45,9 +45,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import InputError, RunError, TypedTable, sql_ident
+from anonflow.api import CLASS, InputError, RunError, TypedTable, sql_ident
 
-__all__ = ["MAX_PATTERNS", "COUNT", "pattern_sql", "compatible_counts", "min_compatible_count",
+__all__ = ["MAX_PATTERNS", "COUNT", "WEIGHT", "null_records", "refuse_nulls", "refuse_null_qis", "key_counts", "pattern_sql", "compatible_counts", "min_compatible_count",
            "compatible_counts_query", "compatible_counts_codes", "compatible_min_codes", "compatible_counts_reference", "encode_codes"]
 
 #: the most null patterns a count accepts: every pattern of 8 quasi-identifiers (2**8), so up to
@@ -56,6 +56,8 @@ __all__ = ["MAX_PATTERNS", "COUNT", "pattern_sql", "compatible_counts", "min_com
 MAX_PATTERNS = 256
 #: the name of the compatible count column :func:`compatible_counts` returns
 COUNT = "_af_compatible"
+#: the compatible sum of a weight column (:func:`compatible_counts_query` with ``weight``)
+WEIGHT = "_af_weight"
 
 
 def _mask_bits(m: int) -> None:
@@ -92,7 +94,8 @@ def _bits(mask: int, m: int) -> list[int]:
     return [i for i in range(m) if mask >> i & 1]
 
 
-def compatible_counts_query(columns: Sequence[str], patterns: Sequence[int], source: str = "t") -> str:
+def compatible_counts_query(columns: Sequence[str], patterns: Sequence[int], source: str = "t",
+                            weight: str | None = None) -> str:
     """A query over the table ``source`` yielding one row per distinct key: its values of
     ``columns`` (as ``_af_q0``, ``_af_q1``, ...), its null pattern ``_af_pat``, its number of
     records ``_af_n`` and its compatible count ``_af_compatible``. ``patterns``: the null patterns
@@ -101,7 +104,10 @@ def compatible_counts_query(columns: Sequence[str], patterns: Sequence[int], sou
     One pass of hash joins whatever the number of patterns: every key ``d`` is projected, for
     each pattern ``P`` present, onto ``S = P & pattern(d)`` (the other columns null) and the
     projections are summed by ``(P, S, values)``; every key ``r`` of pattern ``P`` is projected
-    onto each ``S`` that occurs for ``P`` and looks its sums up (``IS NOT DISTINCT FROM``)."""
+    onto each ``S`` that occurs for ``P`` and looks its sums up (``IS NOT DISTINCT FROM``).
+
+    ``weight``: a numeric column; the key then also gets ``_af_weight``, the sum of ``weight``
+    over its compatible records (sdcMicro's ``Fk`` with ``freqCalc(..., w = weight)``)."""
     m = len(columns)
     joins = _joins(patterns)
     _guard(joins, m)
@@ -114,15 +120,21 @@ def compatible_counts_query(columns: Sequence[str], patterns: Sequence[int], sou
     mcols = ", ".join(f"_af_m{i}" for i in range(m))
     on = " AND ".join(["a.p = x.p", "a.s = x.s"] + [f"a._af_m{i} IS NOT DISTINCT FROM x._af_m{i}" for i in range(m)])
     keys = ", ".join(f"k.{c}" for c in q)
+    wk = wa = wc = wo = ""
+    if weight is not None:
+        wk = f", sum(CAST({sql_ident(weight)} AS DOUBLE)) AS _af_w"
+        wa = ", sum(k._af_w) AS _af_w"
+        wc = f", sum(a._af_w) AS {WEIGHT}"
+        wo = f", c.{WEIGHT}"
     return (
         f"WITH k AS MATERIALIZED (SELECT row_number() OVER () AS _af_kid, * FROM (SELECT {sel + ', ' if sel else ''}"
-        f"{pattern_sql(columns)} AS _af_pat, count(*)::BIGINT AS _af_n FROM {source} GROUP BY ALL)), "
+        f"{pattern_sql(columns)} AS _af_pat, count(*)::BIGINT AS _af_n{wk} FROM {source} GROUP BY ALL)), "
         f"pp(p) AS (VALUES {pp}), ps(p, s) AS (VALUES {ps}), "
-        f"a AS (SELECT pp.p, (k._af_pat & pp.p) AS s{', ' + proj_d if proj_d else ''}, sum(k._af_n)::BIGINT AS _af_n "
+        f"a AS (SELECT pp.p, (k._af_pat & pp.p) AS s{', ' + proj_d if proj_d else ''}, sum(k._af_n)::BIGINT AS _af_n{wa} "
         f"FROM k, pp GROUP BY ALL), "
         f"x AS (SELECT k._af_kid, ps.p, ps.s{', ' + proj_q if proj_q else ''} FROM k JOIN ps ON k._af_pat = ps.p), "
-        f"c AS (SELECT x._af_kid, sum(a._af_n)::BIGINT AS {COUNT} FROM x JOIN a ON {on} GROUP BY x._af_kid) "
-        f"SELECT {keys + ', ' if keys else ''}k._af_pat, k._af_n, c.{COUNT} FROM k JOIN c USING (_af_kid)")
+        f"c AS (SELECT x._af_kid, sum(a._af_n)::BIGINT AS {COUNT}{wc} FROM x JOIN a ON {on} GROUP BY x._af_kid) "
+        f"SELECT {keys + ', ' if keys else ''}k._af_pat, k._af_n, c.{COUNT}{wo} FROM k JOIN c USING (_af_kid)")
 
 
 def _patterns(ctx: Any, table: Any, columns: Sequence[str]) -> list[int]:
@@ -167,6 +179,67 @@ def min_compatible_count(ctx: Any, table: TypedTable | pa.Table, columns: Sequen
     row = ctx.sql(f"WITH g AS ({compatible_counts_query(cols, patterns)}) SELECT min({COUNT})::BIGINT AS k, "
                   "count(*)::BIGINT AS keys, sum(_af_n)::BIGINT AS records FROM g", t=table).to_pylist()[0]
     return {"k": int(row["k"]), "keys": int(row["keys"]), "patterns": len(patterns), "records": int(row["records"])}
+
+
+# -- what the privacy checks and risk measures share --------------------------------------------
+
+
+def _published(table: TypedTable | pa.Table) -> str:
+    """The records of ``t`` in a class: a null ``_class`` (a suppressed record) is left out."""
+    have = table.columns if isinstance(table, TypedTable) else table.column_names
+    return f"(SELECT * FROM t WHERE {sql_ident(CLASS)} IS NOT NULL)" if CLASS in have else "t"
+
+
+def null_records(ctx: Any, table: TypedTable | pa.Table, columns: Sequence[str]) -> int:
+    """How many published records (a null ``_class`` left out) have a null in ``columns``: 0
+    means no wildcard, and every class count is the plain ``GROUP BY`` one."""
+    cols = _check_columns(table, columns)
+    if not cols:
+        return 0
+    cond = " OR ".join(f"{sql_ident(c)} IS NULL" for c in cols)
+    row = ctx.sql(f"SELECT count(*) FILTER (WHERE {cond})::BIGINT AS n FROM {_published(table)}", t=table)
+    return int(row.column("n")[0].as_py() or 0)
+
+
+def refuse_nulls(ctx: Any, table: TypedTable | pa.Table, columns: Sequence[str], metric: str,
+                 advice: str = "") -> None:
+    """Raise :class:`~anonflow.api.InputError` in one line when published records of ``table``
+    hold a null (a suppressed cell, a wildcard) in ``columns``: for ``metric`` a wildcard has no
+    well-defined meaning (its "classes" would overlap, not partition the records), and counting
+    the null as a value of its own would claim more than holds."""
+    n = null_records(ctx, table, columns)
+    if n:
+        raise InputError(
+            f"{metric}: {n} published record(s) have a suppressed (null) quasi-identifier cell, which matches any "
+            f"value (docs/algorithms.md, 'Suppressed cells as wildcards'), and {metric} is not defined for "
+            "overlapping classes; "
+            + (advice or "evaluate it on a table without suppressed cells (generalize or suppress records instead "
+                         "of local-suppression), or measure this table with k-anonymity, average-risk, "
+                         "highest-risk, reidentification-risk, sample-uniqueness or individual-risk, which count "
+                         "suppressed cells as wildcards"))
+
+
+def refuse_null_qis(ctx: Any, table: TypedTable, metric: str, advice: str = "") -> None:
+    """:func:`refuse_nulls` over the typing's quasi-identifiers that ``table`` publishes."""
+    refuse_nulls(ctx, table, [q for q in table.typing.quasi if q in table.columns], metric, advice)
+
+
+def key_counts(ctx: Any, table: TypedTable | pa.Table, columns: Sequence[str],
+               weight: str | None = None) -> pa.Table:
+    """One row per distinct published key (a null ``_class`` left out): ``_af_n`` its records,
+    ``_af_compatible`` its compatible count (nulls are wildcards) and, with ``weight``,
+    ``_af_weight`` the sum of ``weight`` over its compatible records. Sorted by count (then
+    records), so sums over it do not depend on DuckDB's grouping order."""
+    cols = _check_columns(table, columns)
+    src = _published(table)
+    patterns = [int(v) for v in ctx.sql(f"SELECT DISTINCT {pattern_sql(cols)} AS p FROM {src} ORDER BY p",
+                                        t=table).column("p").to_pylist()]
+    names = ["_af_n", COUNT] + ([WEIGHT] if weight is not None else [])
+    if not patterns:
+        return pa.table({c: pa.array([], pa.float64() if c == WEIGHT else pa.int64()) for c in names})
+    order = ", ".join([COUNT, "_af_n"] + ([WEIGHT] if weight is not None else []))
+    return ctx.sql(f"WITH g AS ({compatible_counts_query(cols, patterns, src, weight)}) "
+                   f"SELECT {', '.join(names)} FROM g ORDER BY {order}", t=table)
 
 
 # -- numpy, on integer codes ----------------------------------------------------------------

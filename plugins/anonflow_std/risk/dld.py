@@ -76,7 +76,8 @@ class Dld(Metric):
         Xo = numeric_values(original, cols, self.name)
         Xm = numeric_values(anonymized, cols, self.name)
         if np.isnan(Xo).any() or np.isnan(Xm).any():
-            raise InputError("dld: the columns hold missing values")
+            raise InputError("dld: the columns hold missing values (a suppressed cell, published as null, has no "
+                             "distance to anything); evaluate dld on a table without suppressed cells in its columns")
         mean = Xo.mean(axis=0)
         std = Xo.std(axis=0)
         std = np.where(std == 0, 1.0, std)

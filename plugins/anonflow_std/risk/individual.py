@@ -40,9 +40,12 @@ its place later. Without it, ``population_size: N`` gives every record the weigh
 (simple random sampling); with neither, the sample is taken as the whole population and
 ``r_k = 1 / f_k`` (sdcMicro's ``measure_risk`` without ``w``: ``indivRisk(survey = FALSE)``).
 
-Missing values: a null quasi-identifier value counts as one more value of its own (records
-with a null in the same columns and equal other values share a key). sdcMicro's ``freqCalc``
-instead lets a missing value match every value; that is not done here (yet).
+Missing values: a null quasi-identifier value is a suppressed cell and matches every value, as
+in sdcMicro's ``freqCalc`` (docs/algorithms.md, "Suppressed cells as wildcards"): ``f_k`` is
+the key's compatible count (the records agreeing with it wherever both are non-null) and
+``F_k`` the sum of their weights (``f_k N / n`` with ``population_size``), each record carries
+its key's risk, and ``.keys`` counts the distinct published keys. Without a null the keys are
+the plain ``GROUP BY`` ones, as always.
 
 The keys, ``f_k`` and ``F_k`` are computed by DuckDB (one ``GROUP BY`` over the stored
 table); the formulas run in numpy over the keys, never over the records.
@@ -57,6 +60,7 @@ import numpy as np
 from anonflow.api import InputError, Metric, Param, StepContext, TypedTable, sql_ident
 
 from anonflow_std import __version__
+from anonflow_std.privacy.wildcard import COUNT, WEIGHT, key_counts, null_records
 
 __all__ = ["IndividualRisk", "key_frequencies", "key_risk", "risk_values", "series_risk"]
 
@@ -177,8 +181,8 @@ def risk_values(f: np.ndarray, r: np.ndarray, threshold: float, name: str = "ind
 
 class IndividualRisk(Metric):
     """sdcMicro's individual risk (``measure_risk``): see the module docstring. Nulls in a
-    quasi-identifier count as a value of their own (for now; sdcMicro lets them match any
-    value). Measures the table it is given (the anonymized one) over its quasi-identifiers."""
+    quasi-identifier are suppressed cells and match any value, as in sdcMicro. Measures the
+    table it is given (the anonymized one) over its quasi-identifiers."""
 
     name = "individual-risk"
     version = __version__
@@ -223,6 +227,8 @@ class IndividualRisk(Metric):
             if bad.column("bad")[0].as_py():
                 raise InputError(f"individual-risk: weight column {weight!r} has {bad.column('bad')[0].as_py()} "
                                  "record(s) whose weight is missing, not a number or not positive")
+        if null_records(ctx, anonymized, cols):
+            return self._wildcards(anonymized, cols, params, ctx)
         f, F = key_frequencies(anonymized, cols, ctx, weight)
         n = int(f.sum())
         population = params.get("population_size")
@@ -232,6 +238,38 @@ class IndividualRisk(Metric):
             F = f * (float(population) / n)
         r = key_risk(f, F, params.get("method") or "approx")
         return risk_values(f, r, float(params.get("threshold", 0.1)), self.name)
+
+
+    def _wildcards(self, table: TypedTable, cols: list[str], params: Mapping[str, Any],
+                   ctx: StepContext) -> dict[str, float]:
+        """Nulls in the key columns: sdcMicro's ``fk`` / ``Fk`` with missing values matching any
+        value, per distinct published key; each of the key's ``n`` records carries its risk."""
+        weight = params.get("weight")
+        keys = key_counts(ctx, table, cols, weight)
+        m = keys.column("_af_n").to_numpy(zero_copy_only=False).astype(np.int64)
+        f = keys.column(COUNT).to_numpy(zero_copy_only=False).astype(np.int64)
+        F = keys.column(WEIGHT).to_numpy(zero_copy_only=False).astype(np.float64) if weight else f.astype(np.float64)
+        n = int(m.sum())
+        population = params.get("population_size")
+        if weight is None and population is not None and n:
+            if population < n:
+                raise InputError(f"individual-risk: population_size {population:g} is below the {n} records")
+            F = f * (float(population) / n)
+        r = key_risk(f, F, params.get("method") or "approx")
+        threshold = float(params.get("threshold", 0.1))
+        name = self.name
+        expected = float(np.dot(m.astype(np.float64), r)) if n else 0.0
+        ctx.note(f"{name}: {null_records(ctx, table, cols)} record(s) with suppressed cells, counted as wildcards "
+                 "(f_k = compatible count, F_k = the compatible records' weights)")
+        return {
+            name: expected / n if n else 0.0,
+            f"{name}.expected_reidentifications": expected,
+            f"{name}.max": float(r.max()) if r.size else 0.0,
+            f"{name}.above_threshold": float(m[r > threshold].sum()),
+            f"{name}.sample_uniques": float(m[f == 1].sum()),
+            f"{name}.keys": float(f.size),
+            f"{name}.records": float(n),
+        }
 
 
 PLUGINS = [IndividualRisk()]

@@ -7,9 +7,15 @@ just a value compared for equality). DuckDB groups the records and hands back on
 *frequency of frequencies* -- how many classes have each size -- so everything downstream is
 numpy over a few hundred numbers, whatever the number of records.
 
-Missing values: for now a null is counted as a value of its own (DuckDB's ``GROUP BY`` puts all
-records with a null in the same column into one group, and the population join matches null
-with null). ARX instead lets a suppressed value match anything; that rule is not implemented.
+Missing values: a null quasi-identifier cell is a suppressed cell and matches any value
+(docs/algorithms.md, "Suppressed cells as wildcards"; sdcMicro's ``freqCalc``, and ARX lets a
+suppressed value match anything too). With nulls, a record's class size is its *compatible
+count* f (the records agreeing with it wherever both are non-null, itself included): the
+prosecutor risk of a record is 1 / f (highest 1 / min f, lowest 1 / max f, average the mean of
+1 / f over the records, at risk when 1 / f > threshold), a sample unique is a record with f = 1,
+and ``.classes`` counts the distinct published keys. The journalist risk against a population,
+and the population-uniqueness estimates (which model a frequency-of-frequencies of disjoint
+classes), are refused for a table with nulls. Without a null nothing changes.
 
 The formulas follow ARX (https://github.com/arx-deidentifier/arx, ``src/main/org/deidentifier/
 arx/risk/``, read at commit aacd487f) to the letter, including its conventions:
@@ -46,6 +52,7 @@ from anonflow.api import InputError, Metric, Param, RunError, StepContext, Typed
 from anonflow.params import KINDS
 
 from anonflow_std import __version__
+from anonflow_std.privacy.wildcard import COUNT, key_counts, null_records, refuse_nulls
 
 __all__ = [
     "USA_POPULATION", "class_size_histogram", "RiskSummary", "prosecutor_risk", "journalist_risk",
@@ -742,6 +749,33 @@ def sample_histogram_sql(ctx: StepContext, table: TypedTable, quasi: list[str]) 
             res.column("c").to_numpy(zero_copy_only=False).astype(np.int64))
 
 
+def wildcard_histogram_sql(ctx: StepContext, table: TypedTable,
+                           quasi: list[str]) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """With nulls in ``quasi`` (suppressed cells, wildcards): ``(f, records, keys)`` -- each
+    compatible count f, the records having it, and the distinct published keys; None without a
+    null (then :func:`sample_histogram_sql` counts the classes)."""
+    if not null_records(ctx, table, quasi):
+        return None
+    keys = key_counts(ctx, table, quasi)
+    res = ctx.sql(f"SELECT {COUNT} AS f, sum(_af_n)::BIGINT AS r FROM k GROUP BY f ORDER BY f", k=keys)
+    return (res.column("f").to_numpy(zero_copy_only=False).astype(np.int64),
+            res.column("r").to_numpy(zero_copy_only=False).astype(np.int64), keys.num_rows)
+
+
+def wildcard_prosecutor_risk(f: Any, records: Any, threshold: float = 0.2) -> RiskSummary:
+    """The prosecutor risk when ``records[i]`` records have compatible count ``f[i]``: each
+    record's risk is 1 / f (without a null, f is the class size and this is
+    :func:`prosecutor_risk`)."""
+    f = np.asarray(f, dtype=np.float64)
+    r = np.asarray(records, dtype=np.float64)
+    n = float(r.sum())
+    if n == 0:
+        return RiskSummary(float(threshold), 0.0, 0.0, 0.0, 0.0)
+    at_risk = float(r[1.0 / f > threshold].sum()) / n
+    return RiskSummary(float(threshold), at_risk, 1.0 / float(f.min()), float((r / f).sum()) / n,
+                       1.0 / float(f.max()))
+
+
 def population_pairs_sql(ctx: StepContext, table: TypedTable, population: TypedTable,
                          quasi: list[str], plugin: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(f, F, count)``: each sample class's size ``f`` and its size ``F`` in ``population``
@@ -810,6 +844,27 @@ class ReidentificationRisk(Metric):
                 ctx: StepContext) -> dict[str, float]:
         quasi = _quasi(anonymized, self.name)
         t = float(params.get("threshold", 0.2))
+        if params.get("population"):
+            refuse_nulls(ctx, anonymized, quasi, self.name, "the journalist and marketer risks against a population "
+                         "are not implemented for wildcards; leave 'population' out (the prosecutor risk counts "
+                         "suppressed cells as wildcards), or evaluate a table without suppressed cells")
+        wild = wildcard_histogram_sql(ctx, anonymized, quasi)
+        if wild is not None:
+            f, recs, keys = wild
+            pros = wildcard_prosecutor_risk(f, recs, t)
+            ctx.note(f"{self.name}: {int(null_records(ctx, anonymized, quasi))} record(s) with suppressed cells, "
+                     "counted as wildcards (class size = compatible count); no population table: journalist risk = "
+                     "prosecutor risk, marketer risk = the average of 1 / compatible count")
+            out = {self.name: pros.highest}
+            for label in ("prosecutor", "journalist"):
+                out.update({f"{self.name}.{label}.highest": pros.highest,
+                            f"{self.name}.{label}.average": pros.success_rate,
+                            f"{self.name}.{label}.lowest": pros.lowest,
+                            f"{self.name}.{label}.records_at_risk": pros.records_at_risk})
+            out.update({f"{self.name}.journalist.population": 0.0, f"{self.name}.marketer": pros.success_rate,
+                        f"{self.name}.threshold": t, f"{self.name}.records": float(recs.sum()),
+                        f"{self.name}.classes": float(keys)})
+            return out
         sizes, counts = sample_histogram_sql(ctx, anonymized, quasi)
         pros = prosecutor_risk(sizes, counts, t)
         jour, market, used = pros, marketer_risk(sizes, None, counts), 0.0
@@ -849,7 +904,15 @@ class SampleUniqueness(Metric):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
-        sizes, counts = sample_histogram_sql(ctx, anonymized, _quasi(anonymized, self.name))
+        quasi = _quasi(anonymized, self.name)
+        wild = wildcard_histogram_sql(ctx, anonymized, quasi)
+        if wild is not None:  # a sample unique is a record compatible with no other one
+            f, recs, keys = wild
+            n = int(recs.sum())
+            uniques = int(recs[f == 1].sum())
+            return {self.name: uniques / n if n else 0.0, f"{self.name}.uniques": float(uniques),
+                    f"{self.name}.records": float(n), f"{self.name}.classes": float(keys)}
+        sizes, counts = sample_histogram_sql(ctx, anonymized, quasi)
         uniques, fraction = sample_uniqueness(sizes, counts)
         return {self.name: fraction, f"{self.name}.uniques": float(uniques),
                 f"{self.name}.records": float((sizes * counts).sum()), f"{self.name}.classes": float(counts.sum())}
@@ -878,7 +941,10 @@ class PopulationUniquenessMetric(Metric):
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         self.check(params)
-        sizes, counts = sample_histogram_sql(ctx, anonymized, _quasi(anonymized, self.name))
+        quasi = _quasi(anonymized, self.name)
+        refuse_nulls(ctx, anonymized, quasi, self.name, "its estimators model disjoint classes; evaluate it on a table "
+                     "without suppressed cells, or use sample-uniqueness (a record compatible with no other one)")
+        sizes, counts = sample_histogram_sql(ctx, anonymized, quasi)
         n = int((sizes * counts).sum())
         model = params.get("model", "dankar")
         N = population_size_for(n, params.get("population_size"), params.get("sampling_fraction")) if n else 0

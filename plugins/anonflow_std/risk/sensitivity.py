@@ -14,6 +14,7 @@ from anonflow.grading import Grading, sensitivity_distance
 from .. import __version__
 from ..common import check_sensitive, grading_of, missing_marker, sensitive_column
 from ..privacy.counts import Sql, counted_part, grading_bounds, sql_literal, table_counts_sql
+from ..privacy.wildcard import refuse_null_qis
 
 
 def level_counts(sql: Sql, counts_sql: str, tables: Mapping[str, Any], grading: Grading,
@@ -58,6 +59,7 @@ class SensitivityDistance(Metric):
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
+        refuse_null_qis(ctx, anonymized, self.name)
         s = sensitive_column(anonymized, params["sensitive"], self.name)
         grading = grading_of(anonymized, s, self.name)
         columns, data = counted_part(anonymized)

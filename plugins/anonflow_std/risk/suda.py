@@ -33,9 +33,10 @@ With ``max_size`` below ``m``, MSUs of more columns are not found, so a record's
 DIS scores, through ``A``) can be lower than sdcMicro's, which searches every size; the score
 weights stay ``(m - |S|)!``.
 
-Missing values: a null counts as one more value of its own column (two records with a null in
-the same column agree there). sdcMicro instead never puts a missing value in an MSU; that is
-not done here (yet). A published generalized label is a value like any other.
+Missing values: a key column holding a null (a suppressed cell, a wildcard: docs/algorithms.md,
+"Suppressed cells as wildcards") is refused in one line: sdcMicro never puts a missing value in
+an MSU, which is not implemented here, and counting the null as a value of its own would find
+uniques an attacker cannot see. A published generalized label is a value like any other.
 
 The search is vectorized over records: every column subset of up to ``max_size`` columns gets
 each record's key id (built from its subset without the last column, ``np.unique``) and the
@@ -57,6 +58,7 @@ import pyarrow.compute as pc
 from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from anonflow_std import __version__
+from anonflow_std.privacy.wildcard import refuse_nulls
 
 __all__ = ["Suda2", "Suda2Result", "encode_keys", "minimal_sample_uniques", "suda2", "score_weights",
            "DIS_BINS"]
@@ -260,6 +262,9 @@ class Suda2(Metric):
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         cols = self._columns(anonymized, params)
+        refuse_nulls(ctx, anonymized, cols, self.name, "sdcMicro keeps a missing value out of every minimal sample "
+                     "unique, which is not implemented; evaluate it on a table without suppressed cells, or use "
+                     "sample-uniqueness or individual-risk (nulls as wildcards)")
         codes = encode_keys(anonymized.select(cols), cols)
         result = suda2(codes, params.get("max_size", 3), float(params.get("dis_fraction", 0.01)))
         return suda2_values(result, cols, self.name)
