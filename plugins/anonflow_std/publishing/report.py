@@ -6,7 +6,9 @@ stored tables: the ``release`` publisher writes it into the release directory an
 run ids or absolute paths, and its plots are inline SVG drawn with matplotlib (Agg canvas,
 ``svg.hashsalt`` fixed, no date metadata), so the same run gives the same bytes.
 
-Sections: privacy guarantees and their check results, the class-size distribution,
+Sections: privacy guarantees and their check results, disclosure risk (when the run measured a
+risk metric: each risk value before and after, the records at risk, and a histogram of
+record-level prosecutor risk of the original and the published table), the class-size distribution,
 per-attribute information loss, the metrics with their thresholds, utility vs risk across a
 parameter sweep (when the store holds one), and the run's lineage graph.
 
@@ -26,7 +28,7 @@ from typing import Any, Mapping
 import networkx as nx
 import numpy as np
 
-from anonflow.api import CLASS, ROW, InputError, RunInfo, TypedTable, sql_ident
+from anonflow.api import CLASS, ROW, InputError, RunError, RunInfo, TypedTable, sql_ident
 from anonflow.builtins import metric_entries
 from anonflow.lineage import canonical_json
 
@@ -454,6 +456,204 @@ def lineage_plot(g: nx.DiGraph) -> str:
     return _plot(draw, width, height, "lineage graph of the run")
 
 
+# -- disclosure risk ------------------------------------------------------------------------
+
+#: the fixed bins of record-level prosecutor risk 1/f (f: the record's class size over the QIs):
+#: (label, smallest f, largest f or None). Bounds are on the integer class size, so a class of
+#: 3 (risk 1/3) falls in (1/5, 1/3] exactly, with no float rounding.
+RISK_BINS = (("(0, 1/20]", 20, None), ("(1/20, 1/10]", 10, 19), ("(1/10, 1/5]", 5, 9), ("(1/5, 1/3]", 3, 4),
+             ("(1/3, 1/2]", 2, 2), ("(1/2, 1]", 1, 1))
+#: the values of the risk metrics that count records at risk (shown apart on the page)
+AT_RISK_DETAILS = ("records_at_risk", "uniques")
+
+
+def risk_metrics(info: RunInfo, registry: Any) -> list[dict[str, Any]]:
+    """The risk metrics the run measured: per evaluate step, each metric of category ``risk``
+    (by the registry, or, for a plugin no longer installed, by its recorded ``.before`` value),
+    ``{"step", "metric", "risk_before", "rows": [{"value", "after", "before"}]}`` -- ``value`` is
+    the headline (the metric's name) or ``<metric>.<detail>``; ``after`` is the value measured on
+    the evaluated (anonymized) table, ``before`` the one ``risk_before`` measured on the original
+    (None when not measured). Rows keep the order of the run's metric values."""
+    out = []
+    for s in info.steps:
+        if s["kind"] != "evaluate" or s["status"] == "failed":
+            continue
+        params = s.get("params") or {}
+        for name, _ in metric_entries(params.get("metrics") or [], where=s["step"]):
+            prefix = f"{s['step']}.{name}"
+            if registry.has("metric", name):
+                is_risk = registry.get("metric", name).obj.category == "risk"
+            else:
+                is_risk = f"{prefix}.before" in info.metrics
+            if not is_risk:
+                continue
+            rows: dict[str, dict[str, Any]] = {}
+            for key, value in info.metrics.items():
+                if key != prefix and not key.startswith(prefix + "."):
+                    continue
+                suffix = key[len(prefix):]
+                before = suffix == ".before" or suffix.startswith(".before.")
+                vname = name + (suffix[len(".before"):] if before else suffix)
+                row = rows.setdefault(vname, {"value": vname, "after": None, "before": None})
+                row["before" if before else "after"] = value
+            if rows:
+                out.append({"step": s["step"], "metric": name, "risk_before": bool(params.get("risk_before")),
+                            "evaluated": ((s.get("inputs") or [{}])[-1]).get("name"), "rows": list(rows.values())})
+    return out
+
+
+def risk_histogram(table: TypedTable, quasi: list[str], sql: Any) -> dict[str, Any]:
+    """Records per bin of :data:`RISK_BINS` of record-level prosecutor risk 1/f, f the record's
+    class size over ``quasi`` computed in DuckDB; a null QI cell (a suppressed cell) matches any
+    value (:mod:`anonflow_std.privacy.wildcard`: f is then the record's compatible count).
+    ``{"counts", "records", "with_null", "note"}``."""
+    cols = [q for q in quasi if q in table.columns]
+    data = table.data.select(cols)
+    n = data.num_rows
+    if not cols or n == 0:  # no quasi-identifier: every record's class is the whole table
+        return {"counts": [n if n and lo <= n and (hi is None or n <= hi) else 0 for _, lo, hi in RISK_BINS],
+                "records": n, "with_null": 0, "note": None}
+    any_null = " OR ".join(f"{sql_ident(c)} IS NULL" for c in cols)
+    with_null = int(sql(f"SELECT count(*) AS n FROM t WHERE {any_null}", t=data).column("n")[0].as_py() or 0)
+    note = None
+    source = ("SELECT count(*)::BIGINT AS _af_n, count(*)::BIGINT AS _af_compatible FROM t GROUP BY "
+              + ", ".join(sql_ident(c) for c in cols))
+    if with_null:
+        try:
+            from ..privacy.wildcard import compatible_counts_query, pattern_sql
+
+            pats = sql(f"SELECT DISTINCT {pattern_sql(cols)} AS p FROM t ORDER BY p", t=data)
+            source = compatible_counts_query(cols, [int(p) for p in pats.column("p").to_pylist()])
+        except (ImportError, InputError, RunError) as exc:
+            note = (f"{with_null} record(s) have a suppressed (null) quasi-identifier cell; they could not be counted "
+                    f"as wildcards ({exc}), so a null counts here as a value of its own")
+    sel = ", ".join(f"coalesce(sum(_af_n) FILTER (WHERE _af_compatible >= {lo}"
+                    + (f" AND _af_compatible <= {hi}" if hi is not None else "") + f"), 0)::BIGINT AS b{i}"
+                    for i, (_, lo, hi) in enumerate(RISK_BINS))
+    row = sql(f"WITH c AS ({source}) SELECT {sel} FROM c", t=data).to_pylist()[0]
+    return {"counts": [int(row[f"b{i}"]) for i in range(len(RISK_BINS))], "records": n, "with_null": with_null,
+            "note": note}
+
+
+def risk_original(info: RunInfo, released: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The table the risk "before" is read from: the first input of the first evaluate step
+    that measured risk on two inputs, else the input of the algorithm that produced the
+    released table (:func:`original_step`)."""
+    for s in info.steps:
+        if s["kind"] == "evaluate" and s["status"] != "failed" and len(s.get("inputs") or []) >= 2 \
+                and (s.get("params") or {}).get("risk_before"):
+            rec = info.step(s["inputs"][0].get("name", ""))
+            if rec is not None and rec.get("output_table"):
+                return rec
+    return original_step(info, released)
+
+
+def risk_plot(labels: list[str], series: list[tuple[str, list[int], str]]) -> str:
+    """Grouped bars: records per risk bin, one bar per table (original, published)."""
+    def draw(fig):
+        ax = fig.add_axes((0.11, 0.2, 0.86, 0.69))
+        x = np.arange(len(labels), dtype=np.float64)
+        width = 0.8 / max(1, len(series))
+        for i, (name, counts, color) in enumerate(series):
+            pos = x - 0.4 + width * (i + 0.5)
+            ax.bar(pos, counts, width=width * 0.95, color=color, label=name)
+            for px, c in zip(pos, counts):
+                ax.annotate(str(c), (px, c), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7)
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels)
+        ax.set_xlabel("record-level prosecutor risk 1 / (class size over the quasi-identifiers)")
+        ax.set_ylabel("records")
+        ax.set_title("Record-level re-identification risk")
+        ax.legend(loc="upper left", fontsize=8, frameon=False)
+    return _plot(draw, 6.5, 3.4, "histogram of record-level re-identification risk, before and after")
+
+
+def _at_risk_text(value: Any, records: Any, share: bool) -> str:
+    """A records-at-risk value; a share also as a number of records (share x records)."""
+    if value is None:
+        return "&ndash;"
+    if share and records is not None:
+        return f"{_num(value)} ({_num(round(float(value) * float(records)))} of {_num(records)} records)"
+    return _num(value)
+
+
+def risk_section(info: RunInfo, registry: Any, released: dict[str, Any] | None, table: TypedTable | None) -> str:
+    """The ``#risk`` section, or "" when the run measured no risk metric."""
+    measured = risk_metrics(info, registry)
+    if not measured:
+        return ""
+    parts = ['<section id="risk"><h2>Disclosure risk</h2>']
+    rows, at_risk = [], []
+    for m in measured:
+        for r in m["rows"]:
+            key = f"{m['step']}.{r['value']}"
+            th = info.thresholds.get(key)
+            ttext = ", ".join(f"{k} {v:g}" for k, v in sorted(th.items())) if th else ""
+            on = f" on <code>{_e(m['evaluated'])}</code>" if m.get("evaluated") else ""
+            rows.append([f"<code>{_e(m['step'])}</code>{on}", f"<code>{_e(r['value'])}</code>", _num(r["before"]),
+                         _num(r["after"]), _e(ttext)])
+            if r["value"].rsplit(".", 1)[-1] in AT_RISK_DETAILS:
+                at_risk.append((m, r))
+    parts.append('<p class="note">Every risk metric (category <code>risk</code>) of the evaluate steps: '
+                 "<em>after</em> is measured on the evaluated (anonymized) table, <em>before</em> on the original "
+                 "as if it were published unchanged (the evaluate step's <code>risk_before: true</code>; "
+                 "&ndash; where it was not measured).</p>")
+    parts.append(_table(["step", "value", "before", "after", "threshold"], rows, numeric={2, 3}))
+    if at_risk:
+        arows = []
+        for m, r in at_risk:
+            by_value = {x["value"]: x for x in m["rows"]}
+            recs = by_value.get(f"{m['metric']}.records", {})
+            thr = by_value.get(f"{m['metric']}.threshold", {})
+            share = r["value"].endswith("records_at_risk")
+            if share:
+                what = "share of records at risk" + (f" (risk 1/class size &gt; {_num(thr['after'])})"
+                                                     if thr.get("after") is not None else "")
+            elif m["metric"] == "population-uniqueness":
+                what = "estimated population-unique records"
+            else:
+                what = "sample-unique records"
+            arows.append([f"<code>{_e(m['step'])}.{_e(r['value'])}</code>", what,
+                          _at_risk_text(r["before"], recs.get("before"), share),
+                          _at_risk_text(r["after"], recs.get("after"), share)])
+        parts.append('<h3 id="records-at-risk">Records at risk</h3>'
+                     + _table(["value", "meaning", "before", "after"], arows))
+    # the histogram of record-level prosecutor risk, original vs published
+    original = risk_original(info, released)
+    series: list[tuple[str, list[int], str]] = []
+    hrows, notes = [], []
+    quasi = list(table.typing.quasi) if table is not None else []
+    for label, rec, tbl, color in (("original", original, None, "#a8553b"), ("published", released, table, "#3b6ea8")):
+        if tbl is None and rec is not None and rec.get("output_table"):
+            tbl = info.load(rec["output_table"])
+        if tbl is None or rec is None:
+            continue
+        h = risk_histogram(tbl, quasi or list(tbl.typing.quasi), info.sql)
+        series.append((f"{label} ({rec['step']})", h["counts"], color))
+        hrows.append((f"{label} (<code>{_e(rec['step'])}</code>)", h))
+        if h["with_null"] and h["note"] is None:
+            notes.append(f"{label}: {h['with_null']} record(s) with a suppressed (null) quasi-identifier cell, "
+                         "counted as wildcards: f is the record's compatible count")
+        elif h["note"]:
+            notes.append(f"{label}: {h['note']}")
+    if series:
+        labels = [b[0] for b in RISK_BINS]
+        trs = [[name] + [_num(c) for c in h["counts"]] + [_num(h["records"])] for name, h in hrows]
+        parts.append('<h3 id="risk-histogram">Record-level risk, before and after</h3>'
+                     '<p class="note">Each record\'s prosecutor risk is 1 / f, f the number of records of its '
+                     "class (equal values on every quasi-identifier"
+                     + (": " + ", ".join(f"<code>{_e(q)}</code>" for q in quasi) if quasi else "")
+                     + "), counted in DuckDB on the stored tables: the original (the evaluate step's first input, "
+                     "else the input of the algorithm that produced the published table) and the published table. "
+                     "A suppressed (null) cell matches any value. Fixed bins (lower bound excluded): "
+                     + ", ".join(labels) + ".</p>"
+                     + _table(["table", *labels, "records"], trs, numeric=set(range(1, len(labels) + 2)))
+                     + risk_plot(labels, series)
+                     + "".join(f'<p class="note">{_e(n)}.</p>' for n in notes))
+    parts.append("</section>")
+    return "".join(parts)
+
+
 # -- the page ---------------------------------------------------------------------------------
 
 
@@ -497,7 +697,9 @@ def render(info: RunInfo, registry: Any) -> str:
                  + (f"<code>{_e(released['step'])}</code> ({_e(released['uses'])}, {_e(released['rows'])} records"
                     + _suppressed_text(released) + ")" if released else "none")
                  + f"; layout: {_e(layout)}.</p></header>")
-    parts.append('<nav><a href="#privacy">Privacy</a><a href="#classes">Class sizes</a><a href="#loss">Information '
+    risk = risk_section(info, registry, released, table)
+    parts.append('<nav><a href="#privacy">Privacy</a>' + ('<a href="#risk">Risk</a>' if risk else "")
+                 + '<a href="#classes">Class sizes</a><a href="#loss">Information '
                  'loss</a><a href="#metrics">Metrics</a><a href="#sweep">Sweep</a><a href="#lineage">Lineage</a></nav>')
 
     # privacy guarantees
@@ -542,6 +744,10 @@ def render(info: RunInfo, registry: Any) -> str:
                     "<p>No privacy check applies to the published table.</p>")
                  + '<p class="note">A release re-runs these checks on its published files; '
                    "<code>anonflow verify</code> runs them again.</p></section>")
+
+    # disclosure risk (only when the run measured a risk metric)
+    if risk:
+        parts.append(risk)
 
     # class sizes
     if table is not None:
