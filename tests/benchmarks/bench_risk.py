@@ -18,6 +18,11 @@ Run as a script (after ``pip install '.[test]'``)::
    and prints the peak of what Python and numpy allocate in it ("traced"; DuckDB's memory is
    not traced).
 
+   * ``all-risk``: every risk metric a release is scored with, one after the other on the
+     scaled file: ``reidentification-risk`` (threshold 0.2), ``sample-uniqueness``,
+     ``population-uniqueness`` (ARX's USA population, 317,238,626), ``individual-risk``
+     (``population_size`` 317,238,626) and ``individual-risk`` (``weight: w``); the seconds of
+     each are printed too (target: all of them together within 10 s on 1M records).
    * ``individual-risk`` (``weight: w``, method approx, then exact) on the scaled file; floor:
      ``SELECT count(*), sum(w) FROM t GROUP BY <8 QIs>`` through the same ``ctx.sql`` (one
      DuckDB thread, as every plugin query runs).
@@ -81,14 +86,33 @@ def part(name: str, path: str) -> None:
     from anonflow.params import validate_params
     from anonflow.testing import make_context, typed_table
     from anonflow_std.risk.individual import IndividualRisk
+    from anonflow_std.risk.reidentification import (PopulationUniquenessMetric, ReidentificationRisk,
+                                                    SampleUniqueness)
     from anonflow_std.risk.suda import Suda2
 
     data = pq.read_table(path)
     t = typed_table({c: data.column(c) for c in data.column_names}, quasi={q: "nominal" for q in QIS})
     ctx = make_context()
     by = ", ".join(f'"{q}"' for q in QIS)
+    usa = 317_238_626  # ARX's default population model (ARXPopulationModel.Region.USA)
+    every = [(ReidentificationRisk, {"threshold": 0.2}), (SampleUniqueness, {}),
+             (PopulationUniquenessMetric, {"population_size": usa}),
+             (IndividualRisk, {"population_size": usa}), (IndividualRisk, {"weight": "w"})]
+
+    def all_risk() -> dict:
+        values: dict = {}
+        for cls, params in every:
+            start = time.perf_counter()
+            out = cls().compute(None, t, validate_params(cls.params, params), ctx)
+            label = cls.name + (".w" if "weight" in params else "")
+            values[f"seconds.{label}"] = time.perf_counter() - start
+            values.update({f"{label}" if k == cls.name else f"{label}.{k.split('.', 1)[1]}": v
+                           for k, v in out.items()})
+        return values
+
     runs = {
         "load": lambda: None,
+        "all-risk": all_risk,
         "individual-approx": lambda: IndividualRisk().compute(
             None, t, validate_params(IndividualRisk.params, {"weight": "w"}), ctx),
         "individual-exact": lambda: IndividualRisk().compute(
@@ -109,7 +133,8 @@ def part(name: str, path: str) -> None:
     runs[name]()
     traced = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
-    summary = {k: v for k, v in out.items() if "." not in k or k.count(".") == 1} if isinstance(out, dict) else out
+    summary = {k: v for k, v in out.items() if "." not in k or k.count(".") == 1 or name == "all-risk"} \
+        if isinstance(out, dict) else out
     print(json.dumps({"part": name, "records": data.num_rows, "seconds": wall, "peak_rss_mib": peak,
                       "traced_mib": traced,
                       "values": summary}))
@@ -139,7 +164,7 @@ def main() -> None:
     start = time.perf_counter()
     scaled, adult = prepare(work, records)
     print(f"data: {scaled.name}, {adult.name} ready in {time.perf_counter() - start:.1f} s")
-    for path, parts in ((scaled, ("load", "groupby", "individual-approx", "individual-exact")),
+    for path, parts in ((scaled, ("load", "groupby", "all-risk", "individual-approx", "individual-exact")),
                         (adult, ("load", "grouping-sets", "suda2-3", "suda2-all"))):
         print(f"\n{path.name}")
         print(f"{'part':<20} {'records':>9} {'seconds':>8} {'peak RSS MiB':>13} {'traced MiB':>11}  values")
@@ -151,6 +176,12 @@ def main() -> None:
                     "individual-risk", "expected_reidentifications", "max", "above_threshold", "keys",
                     "suda2", "records_with_msu", "msus", "dis_max", "score_max")]
                 shown = ", ".join(f"{k.split('.', 1)[-1]}={vals[k]:.6g}" for k in keep)
+                if name == "all-risk":  # each metric's seconds and headline, in full
+                    shown = ", ".join(f"{k}={vals[k]:.6g}" for k in vals if k.startswith("seconds.") or k in (
+                        "reidentification-risk", "reidentification-risk.classes",
+                        "reidentification-risk.prosecutor.records_at_risk", "sample-uniqueness",
+                        "population-uniqueness", "population-uniqueness.dankar_model", "individual-risk",
+                        "individual-risk.w"))
             else:
                 shown = "" if vals is None else f"groups={vals}"
             print(f"{name:<20} {r['records']:>9,} {r['seconds']:>8.3f} {r['peak_rss_mib']:>13.0f} "
