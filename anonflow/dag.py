@@ -354,11 +354,9 @@ def _check_metrics(plan: Plan, registry: Registry, name: str, ready: list[str], 
     if anon in ready:
         tables["anonymized"] = load(anon)
     else:
-        step = anon
-        while step not in ready and plan.nodes[step].kind in KEEPS_TYPING and plan.nodes[step].inputs:
-            step = plan.nodes[step].inputs[0]
-        if step in ready:
-            tables["typed"] = load(step)
+        up = _typed_upstream(plan, anon, ready)
+        if up is not None:
+            tables["typed"] = load(up)
     if not tables:
         return
     from .builtins import metric_entries

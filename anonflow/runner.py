@@ -413,7 +413,8 @@ class Runner:
                 digest = file_sha256(src.path) if src.format != "duckdb" or src.path else ""
             except FileNotFoundError:
                 raise InputError(f"file not found: {src.path}", where=where) from None
-            fingerprint = self._fingerprint(node, [digest, canonical_json(src.options), src.table], seed, spec.base_dir)
+            fingerprint = self._fingerprint(node, [digest, canonical_json(src.options), src.table], seed, spec.base_dir,
+                                        rec["plugins"])
             rec.update(params={"path": str(src.path), "table": src.table, **src.options}, fingerprint=fingerprint,
                        inputs=[{"name": str(src.path), "sha256": digest}])
             cached = self.store.cached_step(fingerprint) if use_cache and digest else None
@@ -436,7 +437,7 @@ class Runner:
         rec["inputs"] = [{"name": i, "table": a.table, "hash": a.hash} for i, a in zip(node.inputs, inputs)]
         refs = {r: artifacts[r] for r in node.refs}
         fingerprint = self._fingerprint(node, [a.hash for a in inputs] + [f"{r}:{a.hash}" for r, a in refs.items()],
-                                        seed, spec.base_dir)
+                                        seed, spec.base_dir, rec["plugins"])
         rec["fingerprint"] = fingerprint
         parents = [a.table for a in inputs] + [a.table for a in refs.values()]
         extra_edges: list[tuple[str, str]] = []
@@ -885,7 +886,8 @@ class Runner:
         rec.update(status="failed", error=error, seconds=time.perf_counter() - t0)
         self.store.record_step(run_id, rec)
 
-    def _fingerprint(self, node: Node, input_hashes: list[str], seed: int, base: Path) -> str:
+    def _fingerprint(self, node: Node, input_hashes: list[str], seed: int, base: Path,
+                     plugins: list[dict[str, str]]) -> str:
         # files named in parameters count by their path relative to the workflow's folder (their
         # content hashes are parameters too), so a moved checkout keeps its fingerprints. The
         # code counts as well: anonflow's own and that of every plugin the step uses, so a
@@ -899,7 +901,7 @@ class Runner:
             "params": relative_paths(params, base),
             "inputs": input_hashes, "seed": seed, "store_schema": SCHEMA_VERSION,
             "code": {"anonflow": engine_digest(),
-                     "plugins": {f"{p['kind']}:{p['name']}": p["code"] for p in self._plugins(node)}},
+                     "plugins": {f"{p['kind']}:{p['name']}": p["code"] for p in plugins}},
         }).encode()).hexdigest()
 
     def _plugins(self, node: Node) -> list[dict[str, str]]:
