@@ -257,15 +257,30 @@ class Partition:
     ``weights[r]`` records with the same values (a frequency table), ``sizes`` count records,
     and :meth:`counts` weighs each row. Only checks that declare
     :attr:`Metric.weighted_partitions` are given one.
+
+    ``population``, when the search has a population table (a model parameter ``population``
+    of kind ``step``, such as delta-presence's or k-map's), gives per class the number of
+    population records whose quasi-identifiers generalize to the class's values at the same
+    node (int64, aligned with ``sizes``); it may be a zero-argument callable, computed on first
+    use. Without a population table it is None.
     """
 
     def __init__(self, classes: np.ndarray | Callable[[], np.ndarray], sizes: np.ndarray, table: TypedTable,
-                 cache: dict[str, Any] | None = None, weights: np.ndarray | None = None) -> None:
+                 cache: dict[str, Any] | None = None, weights: np.ndarray | None = None,
+                 population: np.ndarray | Callable[[], np.ndarray] | None = None) -> None:
         self._classes = classes
         self.sizes = sizes
         self.table = table
         self.cache = cache if cache is not None else {}
         self.weights = weights
+        self._population = population
+
+    @property
+    def population(self) -> np.ndarray | None:
+        """Per class, its population records (see the class docstring), or None."""
+        if callable(self._population):
+            self._population = self._population()
+        return self._population
 
     @property
     def classes(self) -> np.ndarray:

@@ -284,7 +284,7 @@ def test_delta_presence_and_k_map_on_tables():
     assert out["k-map"] == 2 and out["k-map.violating_classes"] == 1 and out["k-map.holds"] == 0
     with pytest.raises(InputError, match="needs a population table"):
         run(DeltaPresence(), sample, ctx, delta_max=0.5)
-    with pytest.raises(InputError, match="cannot be searched by the lattice"):
+    with pytest.raises(InputError, match="gives no population counts"):
         KMap().partition_holds(partition(table([0], ["x"])), validate_params(KMap.params, {"k": 2, "population": "p"}))
     # estimator: k' = 6 for k = 10 at 10 %: classes of 6 and 7 hold, 5 does not
     t = table([0] * 6 + [1] * 7 + [2] * 5, ["x"] * 18)
@@ -294,9 +294,22 @@ def test_delta_presence_and_k_map_on_tables():
     assert out["k-map.derived_k"] == 6 and out["k-map.holds"] == 0 and out["k-map"] == 5
 
 
-def test_delta_presence_offers_no_partition_holds_so_the_lattice_refuses_it():
-    from anonflow.api import Metric
-    assert type(DeltaPresence()).partition_holds is Metric.partition_holds
+def test_population_models_partition_holds_from_the_population_counts():
+    # three classes of 2, 1, 3 sample records with 4, 1, 30 population records
+    t = table([0, 0, 1, 2, 2, 2], ["x"] * 6)
+    part = partition(t)
+    part = Partition(part.classes, part.sizes, t, population=lambda: np.array([4, 1, 30]))
+    dp = validate_params(DeltaPresence.params, {"delta_min": 0.1, "delta_max": 0.5, "population": "p"})
+    # shares 0.5, 1.0, 0.1: the second is above delta_max
+    assert DeltaPresence().partition_holds(part, dp).tolist() == [True, False, True]
+    dp = validate_params(DeltaPresence.params, {"delta_min": 0.2, "delta_max": 1.0, "population": "p"})
+    assert DeltaPresence().partition_holds(part, dp).tolist() == [True, True, False]
+    km = validate_params(KMap.params, {"k": 4, "population": "p"})
+    assert KMap().partition_holds(part, km).tolist() == [True, False, True]
+    with pytest.raises(InputError, match="needs a population table"):
+        DeltaPresence().partition_holds(partition(t), validate_params(DeltaPresence.params, {"delta_max": 0.5}))
+    # delta-presence is not monotone (a coarser class takes in population-only records)
+    assert DeltaPresence.monotone is False and KMap.monotone and KMap.monotone_with_suppression
 
 
 # -- compute and partition_holds agree on random partitions ------------------------------------

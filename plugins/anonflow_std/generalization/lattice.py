@@ -185,8 +185,61 @@ class Space:
         self._next = 0
         self._anchors: dict[tuple[int, ...], _Part] = {}
         self.evaluations = 0
+        #: the population table's distinct level-0 code tuples and their records (set_population)
+        self.pop_reps: list[np.ndarray] | None = None
+        self.pop_sizes: np.ndarray | None = None
         #: compute per-record class ids with every partition (once a check has asked for them)
         self.eager = False
+
+    @property
+    def has_population(self) -> bool:
+        return self.pop_sizes is not None
+
+    def set_population(self, population: TypedTable, name: str) -> None:
+        """Code the population table's quasi-identifiers through the same hierarchies (each
+        value must have a row in its QI's hierarchy) and group them once: a node's population
+        count per class (:meth:`population_sizes`) then maps these groups' codes up to the
+        node's levels. The sample must be part of the population: at the bottom node every
+        class needs at least as many population records as sample records (then every node
+        does, its counts being sums of the bottom's)."""
+        cols = []
+        for q, lv in zip(self.quasi, self.levels):
+            if q not in population.columns:
+                raise InputError(f"lattice: the population table {name!r} has no column {q!r} (a quasi-identifier)")
+            try:
+                rows = lv.rows(population.column(q))
+            except InputError as exc:
+                raise InputError(f"lattice: population table {name!r}: {exc}; build the hierarchy so that it "
+                                 "covers the population's values") from None
+            cols.append(lv.codes[0][rows])
+        inverse, reps = _group(cols, [lv.cards[0] for lv in self.levels]) if cols else (np.zeros(0, np.int64), [])
+        self.pop_reps = reps
+        self.pop_sizes = np.bincount(inverse, minlength=len(reps[0]) if reps else 0).astype(np.int64)
+        pop = self.population_sizes(self.bottom)
+        short = np.flatnonzero(pop < self.bottom.sizes)
+        if short.size:
+            j = int(short[0])
+            values = ", ".join(f"{q}={lv.labels[0][int(self.bottom.reps[i][j])].as_py()!r}"
+                               for i, (q, lv) in enumerate(zip(self.quasi, self.levels)))
+            raise InputError(f"lattice: the population table {name!r} holds {int(pop[j])} record(s) with {values}, "
+                             f"fewer than the table's {int(self.bottom.sizes[j])}: the table must be a sample of "
+                             f"the population ({short.size} such combination(s))")
+
+    def population_sizes(self, part: _Part) -> np.ndarray:
+        """Per class of ``part``, the population records whose QI values generalize to the
+        class's labels at ``part``'s levels (int64). The classes and the population's groups,
+        both as label codes at those levels, are grouped together: a class and the groups it
+        shares a key with get one group id."""
+        assert self.pop_reps is not None and self.pop_sizes is not None
+        c = len(part.sizes)
+        cols = [np.concatenate([part.reps[i], self.up(i, 0, l)[self.pop_reps[i]]])
+                for i, l in enumerate(part.levels)]
+        inverse, reps = _group(cols, [lv.cards[l] for lv, l in zip(self.levels, part.levels)])
+        owner = np.full(len(reps[0]) if reps else 1, -1, dtype=np.int64)
+        owner[inverse[:c]] = np.arange(c, dtype=np.int64)
+        of = owner[inverse[c:]]
+        hit = of >= 0
+        return np.bincount(of[hit], weights=self.pop_sizes[hit], minlength=c).astype(np.int64)
 
     def up(self, i: int, a: int, b: int) -> np.ndarray:
         key = (i, a, b)
@@ -552,6 +605,19 @@ class Lattice(Algorithm):
             raise InputError(f"lattice: utility_params of {name!r}: {exc}") from None
         return obj, uparams
 
+    def references(self, params: Mapping[str, Any]) -> list[str]:
+        """The model's parameters of kind ``step`` (delta-presence's and k-map's
+        ``population``): the search reads that table, so the step depends on it."""
+        from anonflow.plugins import get_registry
+
+        reg = get_registry()
+        name = params.get("model", "k-anonymity")
+        given = params.get("model_params") or {}
+        if not isinstance(name, str) or not reg.has("metric", name) or not isinstance(given, Mapping):
+            return []
+        return [str(given[p.name]) for p in reg.get("metric", name).obj.params
+                if p.kind == "step" and isinstance(given.get(p.name), str)]
+
     def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         try:
             _, mparams = self._model(params)
@@ -617,8 +683,13 @@ class Lattice(Algorithm):
         limit = suppression_limit(params["suppression"], n)
         cache: dict[str, Any] = {}
 
+        population = _population_step(model, mparams)
+        if population is not None:
+            space.set_population(ctx.table(population), population)
+
         def holds(part: _Part) -> np.ndarray:
-            partition = Partition(lambda: space.classes(part), part.sizes, space.table, cache, space.weights)
+            pop = (lambda: space.population_sizes(part)) if space.has_population else None
+            partition = Partition(lambda: space.classes(part), part.sizes, space.table, cache, space.weights, pop)
             ok = np.asarray(model.partition_holds(partition, mparams))
             if partition.classes_used:
                 space.need_classes()
@@ -875,7 +946,7 @@ def _unreachable(space: Space, model: Metric, mparams: Mapping[str, Any], holds,
     where = f"the top node {space.describe(top_levels)}"
     out: list[str] = []
     k = mparams.get("k")
-    if isinstance(k, int) and not isinstance(k, bool):
+    if isinstance(k, int) and not isinstance(k, bool) and not space.has_population:  # k-map: population counts
         if k > n:
             out.append(f"k = {k} is larger than the number of records ({n})")
         elif int(top.sizes.max()) < k:
@@ -958,6 +1029,15 @@ def _unreachable_sensitive(space: Space, model: Metric, mparams: Mapping[str, An
                 out.append(f"{names[j]} is {counts[j] / m:.1%} of the records{'' if m == n else ' with a value'}, "
                            f"above its alpha {bound[j]:g}: every node must suppress at least {least} records")
     return out
+
+
+def _population_step(model: Metric, mparams: Mapping[str, Any]) -> str | None:
+    """The population table the model names (a parameter ``population`` of kind ``step``),
+    or None: the search then gives its partitions population counts."""
+    for p in model.params:
+        if p.name == "population" and p.kind == "step" and isinstance(mparams.get(p.name), str):
+            return str(mparams[p.name])
+    return None
 
 
 def _offers_partition(obj: Metric) -> bool:

@@ -21,12 +21,25 @@ published label. QIs published as intervals or sets (local recoding) are refused
   ``calculateKZeroPoisson``, k' = min(k, derived)), and the check is k'-anonymity of the
   published table (ARX also caps k' at the number of records; this check does not).
 
-The lattice: a :class:`~anonflow.api.Partition` holds the sample's records, their classes
-and the hierarchies, but not the node's levels nor the population, so the population count
-of a class cannot be found from it. ``delta-presence`` therefore has no ``partition_holds``
-(the lattice refuses it), and ``k-map`` implements it only for the estimator (a population
-table fails with an InputError). The pure functions :func:`presence` and :func:`population_map`
-compute the models from class keys and counts.
+The lattice: when the model names a population table, the search codes the population's
+quasi-identifiers through the same hierarchies once and gives each node's
+:class:`~anonflow.api.Partition` the population count of each class
+(:attr:`~anonflow.api.Partition.population`); ``partition_holds`` compares it with the
+class sizes. The population's values must all be in the hierarchies, and the table must be a
+sample of the population (checked once, at the bottom node). Monotonicity:
+
+* k-map with a population is monotone, with and without suppression: a coarser class's
+  population count is the sum of the finer classes' inside it, so a class containing a class
+  with ``N >= k`` has ``N >= k`` too (ARX: monotone). With an estimator it is k'-anonymity.
+* delta-presence is *not* monotone: generalizing merges a class with population records
+  that have no sample record (``n = 0``), which lowers n / N below a ``delta_min`` the finer
+  class met (1 of 2 population records is 0.5; merged with 10 population-only records it is
+  1 / 12). ARX declares it monotone with generalization; this check does not, so the lattice
+  checks every node. With ``delta_min = 0`` only the upper bound remains, and a merged
+  class's share is at most the largest of its parts', but the flag is one per model.
+
+The pure functions :func:`presence` and :func:`population_map` compute the models from class
+keys and counts.
 """
 
 from __future__ import annotations
@@ -41,17 +54,12 @@ from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContex
 from anonflow.hierarchy import value_keys
 from anonflow_std.privacy.wildcard import refuse_null_qis
 
-try:  # a parameter naming another step's table (anonflow >= the ctx.table change)
-    from anonflow.params import KINDS as _KINDS
-except ImportError:  # pragma: no cover
-    _KINDS = ()
-
 __version__ = "0.1.0"
 
 #: slack on floating-point comparisons
 EPS = 1e-9
 
-POPULATION = Param("population", "step" if "step" in _KINDS else "str", default=None, nullable=True,
+POPULATION = Param("population", "step", default=None, nullable=True,
                    help="the source or step holding the public population table (same quasi-identifier columns)")
 
 
@@ -175,10 +183,7 @@ def _population(params: Mapping[str, Any], ctx: StepContext, plugin: str, hint: 
     if not name:
         raise InputError(f"{plugin} needs a population table: name the source or step holding it, e.g. "
                          f"population: census_typed{hint}")
-    table_of = getattr(ctx, "table", None)
-    if table_of is None:
-        raise InputError(f"{plugin}: this anonflow cannot load another step's table (ctx.table)")
-    return table_of(name)
+    return ctx.table(name)
 
 
 def _subset_check(counts: pa.Table, plugin: str) -> None:
@@ -202,10 +207,11 @@ class DeltaPresence(Metric):
               Param("delta_max", "float", default=None, nullable=True, min=0.0, max=1.0,
                     help="largest n / N allowed (default: the claimed delta_max)"),
               POPULATION)
-    #: n / N of a merged class is a mediant of the parts' shares, so it stays within the bounds;
-    #: a class containing a satisfying one may not. No partition_holds: the lattice refuses it.
-    monotone = True
+    #: not monotone: a coarser class takes in population records without sample records
+    #: (module docstring), so the lattice checks every node
+    monotone = False
     monotone_with_suppression = False
+    weighted_partitions = True
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
@@ -229,6 +235,20 @@ class DeltaPresence(Metric):
                         f"{n}.violating_classes": float(row["violating"] or 0),
                         f"{n}.holds": float((row["violating"] or 0) == 0)})
         return out
+
+
+    def partition_holds(self, partition: Partition, params: Mapping[str, Any]) -> np.ndarray:
+        dmax = params.get("delta_max")
+        if dmax is None:
+            raise InputError("delta-presence needs delta_max, e.g. model_params: {delta_min: 0.1, delta_max: 0.6, "
+                             "population: census}")
+        pop = partition.population
+        if pop is None:
+            raise InputError("delta-presence needs a population table: name the source or step holding it, e.g. "
+                             "model_params: {delta_max: 0.6, population: census}")
+        n = np.asarray(partition.sizes, dtype=np.float64)
+        share = n / np.maximum(np.asarray(pop, dtype=np.float64), 1.0)
+        return (share >= float(params.get("delta_min") or 0.0) - EPS) & (share <= float(dmax) + EPS)
 
 
 class KMap(Metric):
@@ -289,14 +309,18 @@ class KMap(Metric):
         return out
 
     def partition_holds(self, partition: Partition, params: Mapping[str, Any]) -> np.ndarray:
-        if params.get("population") or not params.get("estimator"):
-            raise InputError("k-map with a population table cannot be searched by the lattice: a partition holds the "
-                             "sample's records, not the population's records per generalized class; use "
-                             "estimator: poisson (or zero-truncated-poisson) with sampling_fraction, or check a "
-                             "published table with an evaluate step")
         k = params.get("k")
         if k is None:
-            raise InputError("k-map needs k, e.g. model_params: {k: 10, estimator: poisson, sampling_fraction: 0.1}")
+            raise InputError("k-map needs k, e.g. model_params: {k: 10, population: census}")
+        if params.get("population"):
+            pop = partition.population
+            if pop is None:
+                raise InputError("k-map: this search gives no population counts for the classes; run it with the "
+                                 "lattice, which reads the population table named by model_params.population")
+            return np.asarray(pop) >= int(k)
+        if not params.get("estimator"):
+            raise InputError("k-map needs a population table (model_params: {k: 10, population: census}) or an "
+                             "estimator (estimator: poisson, sampling_fraction: 0.1)")
         return np.asarray(partition.sizes) >= self._derived(params, k)
 
 
