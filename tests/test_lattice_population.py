@@ -3,7 +3,8 @@
 The search codes the population's quasi-identifiers through the sample's hierarchies once and
 gives every node's partition the population count of each class (``Partition.population``).
 Checked here: the counts on a hand-computed example and, on ARX's Adult (the population) with a
-10% sample, against DuckDB counting the population generalized to the chosen node; the
+10% sample, against pandas counting the population generalized to the chosen node; the chosen
+nodes are ARX's (ARX 3.9.2 built from source, same subset, limits and loss); the
 published table satisfies the model it claims (the engine re-checks it with the SQL check);
 k-map is searched with predictive tagging, delta-presence node by node; and bad populations
 fail in one line."""
@@ -163,6 +164,11 @@ def test_kmap_with_a_population_every_published_class_matches_k_population_recor
     # k-map with a population is monotone: the search tags, it does not check every node
     notes = " ".join(n for s in result.steps if s["step"] == "anon" for n in s.get("notes", []))
     assert "not monotone" not in notes
+    # ARX 3.9.2 (KMap(20, subset of these 3,016 rows), suppression limit 0.02, loss metric with
+    # the arithmetic mean) finds this node too, with 58 records suppressed and 128 classes
+    assert ("chosen node [sex=0, age=3, race=1, marital-status=1, education=2, native-country=2, workclass=1, "
+            "occupation=1] with loss = 0.455786") in notes
+    assert "128 classes, 58 record(s) suppressed" in notes
 
 
 def test_kmap_against_the_sample_alone_is_weaker_than_k_anonymity(kmap, tmp_path):
@@ -181,6 +187,10 @@ def test_delta_presence_lattice_holds_and_is_checked_node_by_node(tmp_path):
     assert result.metrics["scores.delta-presence"] <= 0.2 + 1e-9
     notes = " ".join(n for s in result.steps if s["step"] == "anon" for n in s.get("notes", []))
     assert "'delta-presence' is not monotone" in notes
+    # ARX 3.9.2 (DPresence(0, 0.2, subset), suppression limit 0.05) finds the same node
+    assert ("chosen node [sex=0, age=4, race=0, marital-status=1, education=2, native-country=1, workclass=0, "
+            "occupation=1] with loss = 0.323432") in notes
+    assert "240 classes, 123 record(s) suppressed" in notes
     kept = _anon_table(tmp_path, result)
     classes = kept.groupby(QIS).size()
     pop = _population_counts(tmp_path, kept).reindex(classes.index)
