@@ -2,9 +2,10 @@
 
 * ``typing`` (:class:`TypingStep`): roles and types of the columns, the missing-value policy
   (:data:`MISSING_CATEGORY`; common spellings of "missing", :data:`MISSING_SPELLINGS`, must
-  be declared), type inference (:func:`infer_type`), and the refusals that keep a table
-  publishable: undeclared columns that look like identifiers, column names a spreadsheet
-  would run as formulas;
+  be declared), type inference (:func:`infer_type`), the sampling-weight column (role
+  ``weight``: numeric, finite and positive, :func:`_weight_cast`), and the refusals that keep
+  a table publishable: undeclared columns that look like identifiers, column names a
+  spreadsheet would run as formulas;
 * ``filter`` and ``sample``: keep the records an SQL condition selects (sandboxed, see
   :func:`anonflow.store.condition_mask`), or a seeded random sample;
 * ``hierarchy``: build generalization hierarchies with the hierarchy-builder plugins and
@@ -75,7 +76,7 @@ class Builtin:
 
 # -- typing ----------------------------------------------------------------------------
 
-_ROLE_PARAMS = ("quasi", "sensitive", "label", "insensitive", "identifier")
+_ROLE_PARAMS = ("quasi", "sensitive", "label", "insensitive", "identifier", "weight")
 
 
 def _role_entries(value: Any, role: str, where: str) -> dict[str, dict[str, Any]]:
@@ -158,6 +159,9 @@ class TypingStep(Builtin):
         Param("label", "any", default=[], help="class label(s) used only by utility metrics"),
         Param("insensitive", "any", default=[], help="columns published unchanged"),
         Param("identifier", "any", default=[], help="direct identifiers: dropped"),
+        Param("weight", "str", default=None, nullable=True,
+              help="column holding each record's sampling weight (the population units it stands for; "
+                   "numeric, finite and > 0): published unchanged, used by individual-risk"),
         Param("others", "str", default="drop", choices=("drop", "insensitive"),
               help="columns not named above: dropped (default), or published as they are (an undeclared "
                    "column that looks like an identifier is then an error)"),
@@ -268,6 +272,7 @@ class TypingStep(Builtin):
                 c, (mask, n) = next(iter(missing.items()))
                 first = int(values[c].first[mask.to_numpy(zero_copy_only=False)].min())
                 fix = "set missing: drop (drop those records, counted)" + (
+                    " (a weight column cannot take missing: category)" if roles.get(c, ("",))[0] == "weight" else
                     " or missing: category" if _is_text(values[c].type) else
                     " (a number column cannot take missing: category)")
                 raise InputError(f"column {c!r} has {n} missing value(s), the first in record {first + 1}; {fix}",
@@ -277,6 +282,10 @@ class TypingStep(Builtin):
                 if policy == "drop":
                     conditions.append(cond)
                 else:  # category
+                    if roles.get(c, ("",))[0] == "weight":
+                        raise InputError(f"weight column {c!r} has {missing[c][1]} missing value(s): a sampling "
+                                         "weight cannot be a category; use missing: drop (or fill in the weights)",
+                                         where=where)
                     if not _is_text(values[c].type):
                         raise InputError(f"column {c!r} is numeric: missing values cannot be a category; "
                                          "use missing: drop", where=where)
@@ -304,6 +313,13 @@ class TypingStep(Builtin):
                 exprs[c] = f"CASE WHEN {cond} THEN {_literal(MISSING_CATEGORY)} ELSE t.{ident(c)} END"
                 vals = vals.with_category(mask, MISSING_CATEGORY)
                 changes = True
+            if role == "weight":  # published unchanged (text holding numbers read as numbers), no type
+                cast = _weight_cast(vals, c, ctx, where)
+                if cast:
+                    exprs[c] = f"CAST({exprs[c]} AS {cast})"
+                    changes = True
+                attributes.append(Attribute(name=c, role=role))
+                continue
             declared = spec.get("type")
             typ = declared or (infer_type(vals.present()) if role in ("quasi", "sensitive", "label") else None)
             if not declared and typ == "nominal" and _is_text(vals.type):
@@ -554,6 +570,36 @@ def _number_cast(vals: "_Values", c: str, ctx: StepContext, where: str) -> str |
                          "which is not a number; fix the value, declare the column nominal, or list the value "
                          "under missing_values", where=where)
     return "DOUBLE"
+
+
+def _weight_cast(vals: "_Values", c: str, ctx: StepContext, where: str) -> str | None:
+    """Check a weight column (role ``weight``): numbers, each finite and > 0, checked by DuckDB
+    over the column's distinct values (missing values are dropped or refused before). Return
+    the SQL type its values are cast to: DOUBLE for text holding numbers, None for numbers."""
+    t = vals.type
+    text = _is_text(t)
+    if not (text or pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)):
+        raise InputError(f"weight column {c!r} has type {t}, which is not numeric; a sampling weight is a "
+                         "number > 0", where=where)
+    if text:
+        _, bad, first, value = _non_numbers(vals, ctx)
+        if bad:
+            raise InputError(f"weight column {c!r} must hold numbers, but record {first + 1} has the value "
+                             f"{value!r}; fix the value or list it under missing_values", where=where)
+    probe = pa.table({"v": vals.v, "n": vals.n, "first": vals.first})
+    bad_weight = "NOT (isfinite(w) AND w > 0)"
+    row = ctx.sql(f"SELECT coalesce(sum(n) FILTER (WHERE {bad_weight}), 0) AS bad, "
+                  f"min(first) FILTER (WHERE {bad_weight}) AS first, "
+                  f"arg_min(v, first) FILTER (WHERE {bad_weight}) AS value "
+                  "FROM (SELECT TRY_CAST(v AS DOUBLE) AS w, v, n, first FROM probe WHERE v IS NOT NULL)",
+                  probe=probe).to_pylist()[0]
+    if row["bad"]:
+        value = row["value"]
+        shown = repr(value) if isinstance(value, str) else str(value)  # 0.0, -4, inf; text quoted
+        raise InputError(f"weight column {c!r} has {int(row['bad'])} record(s) whose weight is not a finite number "
+                         f"> 0, the first in record {int(row['first']) + 1} ({shown}); a sampling weight is "
+                         "the number of population units a record stands for", where=where)
+    return "DOUBLE" if text else None
 
 
 def _check_mostly_numeric(vals: "_Values", c: str, ctx: StepContext, where: str) -> None:

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-ROLES = ("identifier", "quasi", "sensitive", "insensitive", "label")
+ROLES = ("identifier", "quasi", "sensitive", "insensitive", "label", "weight")
 TYPES = ("continuous", "ordinal", "nominal", "semantic")
 
 #: Column that carries each record's original position (0-based) through the workflow.
@@ -91,6 +91,12 @@ class Typing:
     @property
     def label(self) -> list[str]:
         return self.names("label")
+
+    @property
+    def weight(self) -> str | None:
+        """The column holding each record's sampling weight (role ``weight``), or None."""
+        names = self.names("weight")
+        return names[0] if names else None
 
     def get(self, name: str) -> Attribute:
         for a in self.attributes:

@@ -34,11 +34,17 @@ The step's values, over the ``n`` published records (each record carries its key
 * ``.above_threshold``: records whose risk is above ``threshold`` (strictly);
 * ``.sample_uniques`` (records with ``f_k = 1``), ``.keys`` (distinct keys), ``.records``.
 
-Weights: ``weight`` names a numeric column of the table (each record's sampling weight,
-positive; a key's weights must sum to at least its count). A typing role ``weight`` may take
-its place later. Without it, ``population_size: N`` gives every record the weight ``N / n``
-(simple random sampling); with neither, the sample is taken as the whole population and
-``r_k = 1 / f_k`` (sdcMicro's ``measure_risk`` without ``w``: ``indivRisk(survey = FALSE)``).
+Weights (each record's sampling weight: positive, and a key's weights must sum to at least its
+count), in this order of precedence (:func:`weight_source`):
+
+1. the ``weight`` parameter, a numeric column of the table;
+2. ``population_size: N``, which gives every record the weight ``N / n`` (simple random
+   sampling), even when the table has a typed weight column (the run notes it);
+3. the typing's weight column (the typing step's ``weight``, role ``weight``: checked numeric,
+   finite and positive there, and published unchanged, so the original and the anonymized
+   table both carry it);
+4. none: the sample is taken as the whole population and ``r_k = 1 / f_k`` (sdcMicro's
+   ``measure_risk`` without ``w``: ``indivRisk(survey = FALSE)``).
 
 Missing values: a null quasi-identifier value is a suppressed cell and matches every value, as
 in sdcMicro's ``freqCalc`` (docs/algorithms.md, "Suppressed cells as wildcards"): ``f_k`` is
@@ -62,7 +68,7 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable, sql
 from anonflow_std import __version__
 from anonflow_std.privacy.wildcard import COUNT, WEIGHT, key_counts, null_records
 
-__all__ = ["IndividualRisk", "key_frequencies", "key_risk", "risk_values", "series_risk"]
+__all__ = ["IndividualRisk", "key_frequencies", "key_risk", "risk_values", "series_risk", "weight_source"]
 
 #: ``p_k`` at least ``1 - POPULATION_TOL`` is taken as ``F_k = f_k`` (risk ``1 / f_k``): weights
 #: summing to the count up to rounding (``N / n`` weights with ``N = n``).
@@ -82,6 +88,20 @@ def _columns(table: TypedTable, params: Mapping[str, Any], plugin: str) -> list[
     if missing:
         raise InputError(f"{plugin}: column {missing[0]!r} is not in the table")
     return cols
+
+
+def weight_source(table: TypedTable, params: Mapping[str, Any]) -> tuple[str | None, str]:
+    """The weight column the metric uses on ``table`` and where it comes from: ``(column,
+    "parameter")`` for the ``weight`` parameter, ``(None, "population_size")``, ``(column,
+    "typing")`` for the typing's weight column, or ``(None, "none")``."""
+    if params.get("weight") is not None:
+        return params["weight"], "parameter"
+    if params.get("population_size") is not None:
+        return None, "population_size"
+    typed = table.typing.weight
+    if typed is not None:
+        return typed, "typing"
+    return None, "none"
 
 
 def key_frequencies(table: TypedTable, columns: Sequence[str], ctx: StepContext,
@@ -192,10 +212,10 @@ class IndividualRisk(Metric):
     requires_original = False
     params = (
         Param("weight", "str", default=None, nullable=True,
-              help="column holding each record's sampling weight (positive); a typing role may replace it"),
+              help="column holding each record's sampling weight (positive); default: the typing's weight column"),
         Param("population_size", "float", default=None, nullable=True, above=0,
-              help="population size N when there is no weight column: every record weighs N / n; with neither, "
-                   "the sample is the population (risk 1 / f_k)"),
+              help="population size N: every record weighs N / n (used in place of the typing's weight column); "
+                   "with no weight at all, the sample is the population (risk 1 / f_k)"),
         Param("method", "str", default="approx", choices=("approx", "exact"),
               help="risk of keys with f_k >= 3: sdcMicro's approximation p/(f-1+p), or the exact expectation"),
         Param("threshold", "float", default=0.1, min=0.0, max=1.0,
@@ -211,16 +231,29 @@ class IndividualRisk(Metric):
         if table is None:
             return
         _columns(table, params, self.name)
-        weight = params.get("weight")
+        weight, source = weight_source(table, params)
         if weight is not None and weight not in table.columns:
-            raise InputError(f"individual-risk: weight column {weight!r} is not in the table (declare it "
-                             "insensitive in the typing step so that it is published)")
+            if source == "typing":
+                raise InputError(f"individual-risk: the typing's weight column {weight!r} is not in the table "
+                                 "(a step before dropped it); give population_size, or weight: a column it has")
+            raise InputError(f"individual-risk: weight column {weight!r} is not in the table (declare it under "
+                             "weight in the typing step, which publishes it and makes this parameter unneeded)")
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         self.check(params, anonymized=anonymized)
         cols = _columns(anonymized, params, self.name)
-        weight = params.get("weight")
+        weight, source = weight_source(anonymized, params)
+        typed = anonymized.typing.weight
+        note = None
+        if typed is not None and typed in anonymized.columns and source == "population_size":
+            note = (f"individual-risk: population_size {params['population_size']:g} was used (every record "
+                    f"weighs N / n) instead of the typing's weight column {typed!r}")
+        elif typed is not None and source == "parameter" and weight != typed:
+            note = (f"individual-risk: the weight parameter's column {weight!r} was used instead of the typing's "
+                    f"weight column {typed!r}")
+        if note and note not in getattr(ctx, "notes", ()):  # once, though risk_before measures two tables
+            ctx.note(note)
         if weight is not None:
             bad = ctx.sql(f"SELECT count(*) FILTER (WHERE w IS NULL OR NOT isfinite(w) OR w <= 0) AS bad FROM "
                           f"(SELECT TRY_CAST({sql_ident(weight)} AS DOUBLE) AS w FROM t)", t=anonymized)
@@ -228,7 +261,7 @@ class IndividualRisk(Metric):
                 raise InputError(f"individual-risk: weight column {weight!r} has {bad.column('bad')[0].as_py()} "
                                  "record(s) whose weight is missing, not a number or not positive")
         if null_records(ctx, anonymized, cols):
-            return self._wildcards(anonymized, cols, params, ctx)
+            return self._wildcards(anonymized, cols, weight, params, ctx)
         f, F = key_frequencies(anonymized, cols, ctx, weight)
         n = int(f.sum())
         population = params.get("population_size")
@@ -240,11 +273,10 @@ class IndividualRisk(Metric):
         return risk_values(f, r, float(params.get("threshold", 0.1)), self.name)
 
 
-    def _wildcards(self, table: TypedTable, cols: list[str], params: Mapping[str, Any],
+    def _wildcards(self, table: TypedTable, cols: list[str], weight: str | None, params: Mapping[str, Any],
                    ctx: StepContext) -> dict[str, float]:
         """Nulls in the key columns: sdcMicro's ``fk`` / ``Fk`` with missing values matching any
         value, per distinct published key; each of the key's ``n`` records carries its risk."""
-        weight = params.get("weight")
         keys = key_counts(ctx, table, cols, weight)
         m = keys.column("_af_n").to_numpy(zero_copy_only=False).astype(np.int64)
         f = keys.column(COUNT).to_numpy(zero_copy_only=False).astype(np.int64)
