@@ -398,6 +398,9 @@ def _check_store_file(path: Path) -> None:
 def open_failure(path: Path, exc: Exception) -> str:
     """One line saying why a store file cannot be opened."""
     msg = _duck_message(exc)
+    if not path.parent.is_dir():
+        return (f"cannot open store {path}: its folder {path.parent} does not exist; create it, or give --db a "
+                "path in an existing folder")
     if "Could not set lock" in msg or "Conflicting lock" in msg:
         m = re.search(r"PID (\d+)", msg)
         who = f"process {m.group(1)}" if m else "another process"

@@ -329,6 +329,14 @@ def test_a_store_held_by_a_run_says_so(cli, project, recorded):
         holder.wait()
 
 
+def test_a_store_in_a_folder_that_does_not_exist_says_so(cli, project):
+    db = project / "nowhere" / "s.duckdb"
+    res = cli("run", census_workflow(project, name="wf8.yaml"), "--db", db)
+    assert res.exit_code == 1 and res.output.count("\n") == 1, res.output
+    assert f"its folder {db.parent} does not exist" in res.output and "damaged" not in res.output
+    assert not db.parent.exists()
+
+
 def test_the_store_spills_to_an_owner_only_folder_it_removes(tmp_path):
     store = Store(tmp_path / "s.duckdb")
     spill = Path(store.con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
