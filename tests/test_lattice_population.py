@@ -114,7 +114,7 @@ steps:
     uses: evaluate
     input: [drawn, anon]
     with:
-      metrics: [{{{model}: {model_params}}}]
+      metrics: [{{{model}: {model_params}}}, {{reidentification-risk: {{population: hier}}}}]
   published:
     uses: publish
     input: anon
@@ -161,6 +161,11 @@ def test_kmap_with_a_population_every_published_class_matches_k_population_recor
     pop = counts.reindex(classes.index)
     assert pop.notna().all() and (pop >= 20).all() and (pop >= classes).all()
     assert int(pop.min()) == result.metrics["scores.k-map"]
+    # the journalist's population classes are matched the same way: its highest risk is 1 / min N
+    assert result.metrics["scores.reidentification-risk.journalist.population"] == 1.0
+    assert result.metrics["scores.reidentification-risk.journalist.highest"] == pytest.approx(1 / int(pop.min()))
+    assert result.metrics["scores.reidentification-risk.marketer"] == pytest.approx(float((classes / pop).sum())
+                                                                                    / len(kept))
     # k-map with a population is monotone: the search tags, it does not check every node
     notes = " ".join(n for s in result.steps if s["step"] == "anon" for n in s.get("notes", []))
     assert "not monotone" not in notes

@@ -12,6 +12,8 @@ Which outputs apply:
 
 * ``arx-adult-k5``, ``l-incognito-adult``, ``risk-adult`` (three outputs): lattice outputs,
   classes = equal published QI values. Fast.
+* ``population-adult`` (two outputs: the 5-anonymous file and the k-map extract): lattice
+  outputs, as above. Fast.
 * ``gca-adult``: a lossy join (QI table with ``class_id``, SA table of counts per class); the
   SA table is expanded to one record per count and the class id is the only QI. Fast.
 * ``adult-mdav``, ``maasae-adult`` (microaggregated QIs, classes = equal centroids) and
@@ -64,6 +66,8 @@ CASES = [
     ("risk-adult", "risk-adult-k5.csv", "salary-class", False),
     ("risk-adult", "risk-adult-tcloseness.csv", "salary-class", False),
     ("risk-adult", "risk-adult-entropy-l.csv", "salary-class", False),
+    ("population-adult", "population-adult.csv", "income", False),
+    ("population-adult", "population-adult-extract.csv", "income", False),
     ("gca-adult", "gca-adult-qi.parquet", "occupation", False),
     ("adult-mdav", "adult-mdav.parquet", "occupation", True),
     ("maasae-adult", "maasae-adult.parquet", "occupation", True),

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import optimize, special
 
-from anonflow.api import InputError
+from anonflow.api import InputError, RunError
 from anonflow.testing import make_context, typed_table
 
 from anonflow_std.risk import reidentification as R
@@ -239,7 +239,7 @@ def test_reidentification_risk_metric_without_population():
     assert (out["reidentification-risk.records"], out["reidentification-risk.classes"]) == (10.0, 4.0)
 
 
-def test_reidentification_risk_metric_with_population_and_fallback():
+def test_reidentification_risk_metric_with_population():
     sample = _table()
     # population: the sample's records plus more: (a,F) 3, (a,M) 2, (b,F) 10, (b,M) 5, (c,F) 4
     pz = ["a"] * 3 + ["a"] * 2 + ["b"] * 10 + ["b"] * 5 + ["c"] * 4
@@ -259,12 +259,11 @@ def test_reidentification_risk_metric_with_population_and_fallback():
     ctx.tables = lambda name: typed_table({"zip": ["a"], "sex": ["F"]}, quasi={"zip": "nominal", "sex": "nominal"})
     with pytest.raises(InputError, match="do not occur in the population"):
         R.ReidentificationRisk().compute(None, sample, params, ctx)
-    # no way to load it: falls back to the prosecutor model, with a note
-    ctx = make_context()
-    out = R.ReidentificationRisk().compute(None, sample, params, ctx)
-    assert out["reidentification-risk.journalist.population"] == 0.0
-    assert out["reidentification-risk.journalist.records_at_risk"] == 0.5
-    assert any("not available" in n for n in ctx.notes)
+    # a step the metric cannot load fails (the engine orders and references it; never a silent
+    # fallback to the prosecutor model)
+    ctx.tables = None
+    with pytest.raises(RunError, match="references no other table"):
+        R.ReidentificationRisk().compute(None, sample, params, ctx)
 
 
 def test_nulls_are_wildcards_and_types_may_differ_in_the_population():

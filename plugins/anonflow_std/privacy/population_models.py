@@ -128,11 +128,14 @@ def derived_k(k: int, sampling_fraction: float, significance: float, estimator: 
 # -- from tables -------------------------------------------------------------------------------
 
 
-def _sample_and_population(anonymized: TypedTable, population: TypedTable, plugin: str,
-                           ctx: StepContext) -> pa.Table:
-    """``(n, N)`` per published class (records sharing the published QI values), counted in
-    DuckDB: the sample's records and the population's records generalized the same way."""
-    quasi = list(anonymized.typing.quasi)
+def population_counts(anonymized: TypedTable, population: TypedTable, plugin: str, ctx: StepContext,
+                      quasi: list[str] | None = None) -> pa.Table:
+    """``(_k0.., n, pn)`` per published class (records sharing the published values of
+    ``quasi``, by default the typing's quasi-identifiers; a null ``_class`` is suppressed and
+    left out), counted in DuckDB: ``n`` the table's records, ``pn`` the population's records
+    generalized the same way (see the module docstring; 0 for a class the population lacks).
+    Shared with the journalist and marketer risks (``reidentification-risk``)."""
+    quasi = list(anonymized.typing.quasi) if quasi is None else list(quasi)
     if not quasi:
         raise InputError(f"{plugin} needs quasi-identifiers in the typing of its input")
     sample_cols, pop_cols = {}, {}
@@ -220,7 +223,7 @@ class DeltaPresence(Metric):
         dmax = params.get("delta_max") if params.get("delta_max") is not None else claim.get("delta_max")
         dmin = params.get("delta_min") or 0.0
         pop = _population(params, ctx, self.name, "")
-        counts = _sample_and_population(anonymized, pop, self.name, ctx)
+        counts = population_counts(anonymized, pop, self.name, ctx)
         _subset_check(counts, self.name)
         row = ctx.sql("SELECT count(*) AS classes, max(n / pn) AS hi, min(n / pn) AS lo, "
                       "count(*) FILTER (WHERE n / pn < ? - ? OR n / pn > ? + ?) AS violating, "
@@ -298,7 +301,7 @@ class KMap(Metric):
                     f"{n}.derived_k": float(kk), f"{n}.violating_classes": float(row["violating"] or 0),
                     f"{n}.holds": float((row["violating"] or 0) == 0)}
         pop = _population(params, ctx, self.name, ", or use estimator: poisson with sampling_fraction")
-        counts = _sample_and_population(anonymized, pop, self.name, ctx)
+        counts = population_counts(anonymized, pop, self.name, ctx)
         _subset_check(counts, self.name)
         row = ctx.sql("SELECT count(*) AS classes, min(pn) AS smallest, count(*) FILTER (WHERE pn < ?) AS violating "
                       "FROM counts", [int(k or 0)], counts=counts).to_pylist()[0]

@@ -48,8 +48,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from scipy import special
 
-from anonflow.api import InputError, Metric, Param, RunError, StepContext, TypedTable, sql_ident
-from anonflow.params import KINDS
+from anonflow.api import InputError, Metric, Param, StepContext, TypedTable, sql_ident
 
 from anonflow_std import __version__
 from anonflow_std.privacy.wildcard import COUNT, key_counts, null_records, refuse_nulls
@@ -778,52 +777,30 @@ def wildcard_prosecutor_risk(f: Any, records: Any, threshold: float = 0.2) -> Ri
 
 def population_pairs_sql(ctx: StepContext, table: TypedTable, population: TypedTable,
                          quasi: list[str], plugin: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(f, F, count)``: each sample class's size ``f`` and its size ``F`` in ``population``
-    (records with the same values on ``quasi``; null matches null), with how many classes share
-    the pair. A sample class absent from the population is an error (ARX requires the
-    population to be a superset of the sample)."""
-    absent = [q for q in quasi if q not in population.columns]
-    if absent:
-        raise InputError(f"{plugin}: the population table has no column {absent[0]!r} (a quasi-identifier)")
-    cols = ", ".join(sql_ident(q) for q in quasi)
-    conds = []
-    for q in quasi:
-        same = table.schema.field(q).type == population.schema.field(q).type
-        a, b = f"s.{sql_ident(q)}", f"p.{sql_ident(q)}"
-        if not same:
-            a, b = f"CAST({a} AS VARCHAR)", f"CAST({b} AS VARCHAR)"
-        conds.append(f"{a} IS NOT DISTINCT FROM {b}")
-    res = ctx.sql(f"""
-        WITH s AS (SELECT {cols}, count(*)::BIGINT AS f FROM t GROUP BY {cols}),
-             p AS (SELECT {cols}, count(*)::BIGINT AS pf FROM pop GROUP BY {cols})
-        SELECT s.f AS f, p.pf AS pf, count(*)::BIGINT AS c
-        FROM s LEFT JOIN p ON {' AND '.join(conds)}
-        GROUP BY s.f, p.pf ORDER BY s.f, p.pf NULLS FIRST""", t=table, pop=population)
-    f = res.column("f").to_numpy(zero_copy_only=False)
-    pf = res.column("pf")
+    """``(f, F, count)``: each published class's size ``f`` and its size ``F`` in ``population``,
+    with how many classes share the pair. The population is matched to the published values
+    as delta-presence and k-map match it: a QI published as it is compares as it is, a QI
+    published as hierarchy labels (a ``lattice`` output) is generalized through its
+    hierarchy to the published level (:func:`anonflow_std.privacy.population_models.population_counts`).
+    A published class absent from the population is an error (ARX requires the population to
+    be a superset of the sample)."""
+    from anonflow_std.privacy.population_models import population_counts
+
+    counts = population_counts(table, population, plugin, ctx, quasi)
+    res = ctx.sql("SELECT n AS f, pn AS pf, count(*)::BIGINT AS c FROM counts GROUP BY n, pn ORDER BY n, pn",
+                  counts=counts)
+    f = res.column("f").to_numpy(zero_copy_only=False).astype(np.int64)
+    pf = res.column("pf").to_numpy(zero_copy_only=False).astype(np.int64)
     c = res.column("c").to_numpy(zero_copy_only=False).astype(np.int64)
-    if pf.null_count:
-        missing = int(c[np.asarray(pf.is_null())].sum())
+    if (pf == 0).any():
+        missing = int(c[pf == 0].sum())
         raise InputError(f"{plugin}: {missing:,} class(es) of the published table do not occur in the population "
-                         "table; the population must hold every published record (same quasi-identifier values)")
-    return f.astype(np.int64), pf.to_numpy(zero_copy_only=False).astype(np.int64), c
+                         "table; the population must hold every published record (same quasi-identifier values, "
+                         "or values its hierarchies generalize to the published labels)")
+    return f, pf, c
 
 
 # -- metric plugins -------------------------------------------------------------------------------
-
-#: the population table is named by a parameter of kind ``step`` where the engine has it
-_STEP_KIND = "step" if "step" in KINDS else "str"
-
-
-def _load_population(ctx: StepContext, name: str, plugin: str) -> tuple[TypedTable | None, str]:
-    loader = getattr(ctx, "table", None)
-    if not callable(loader):
-        return None, "this anonflow cannot load another step's table (no ctx.table)"
-    try:
-        return loader(name), ""
-    except RunError as exc:
-        return None, str(exc)
-
 
 class ReidentificationRisk(Metric):
     name = "reidentification-risk"
@@ -835,7 +812,7 @@ class ReidentificationRisk(Metric):
     params = (
         Param("threshold", "float", default=0.2, min=0.0, max=1.0,
               help="a record is at risk when 1 / its class size exceeds this (ARX: strictly greater)"),
-        Param("population", _STEP_KIND, default=None, nullable=True,
+        Param("population", "step", default=None, nullable=True,
               help="the step or source holding the population for the journalist and marketer models "
                    "(default: none, the sample is its own population)"),
     )
@@ -869,16 +846,12 @@ class ReidentificationRisk(Metric):
         pros = prosecutor_risk(sizes, counts, t)
         jour, market, used = pros, marketer_risk(sizes, None, counts), 0.0
         if params.get("population"):
-            population, why = _load_population(ctx, params["population"], self.name)
-            if population is None:
-                ctx.note(f"{self.name}: population {params['population']!r} not available ({why}); the journalist "
-                         "and marketer risks are computed with the sample as its own population (= prosecutor)")
-            else:
-                f, F, c = population_pairs_sql(ctx, anonymized, population, quasi, self.name)
-                if (F < f).any():
-                    ctx.note(f"{self.name}: some classes are larger in the published table than in the population "
-                             f"{params['population']!r}; is it really the population the table was drawn from?")
-                jour, market, used = journalist_risk(f, F, c, t), marketer_risk(f, F, c), 1.0
+            population = ctx.table(params["population"])
+            f, F, c = population_pairs_sql(ctx, anonymized, population, quasi, self.name)
+            if (F < f).any():
+                ctx.note(f"{self.name}: some classes are larger in the published table than in the population "
+                         f"{params['population']!r}; is it really the population the table was drawn from?")
+            jour, market, used = journalist_risk(f, F, c, t), marketer_risk(f, F, c), 1.0
         else:
             ctx.note(f"{self.name}: no population table; journalist risk = prosecutor risk, marketer risk = "
                      "classes / records")
