@@ -25,73 +25,13 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import numpy as np
-import pyarrow as pa
 
-from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable
-from anonflow.hierarchy import value_keys
-from anonflow_std.common import missing_marker, real_counts
+from anonflow.api import InputError, Metric, Param, Partition, StepContext, TypedTable
+from anonflow_std.common import missing_marker, sensitive_column
+from anonflow_std.privacy.published_classes import BY, SENSITIVE, published_classes, real_matrix
 from anonflow_std.privacy.wildcard import refuse_null_qis
 
 __version__ = "0.1.0"
-
-# -- helpers (copied into each privacy-model module: plugin modules import only anonflow.* and
-#    anonflow_std.common) ------------------------------------------------------------------
-
-#: slack on floating-point comparisons, the same in SQL and in ``partition_holds``
-EPS = 1e-9
-
-BY = Param("by", "str", default=None, nullable=True, choices=("values", "class"),
-           help="classes: records sharing the published QI values (default: what an attacker sees), or sharing _class")
-SENSITIVE = Param("sensitive", "str", default=None, nullable=True,
-                  help="the sensitive attribute (default: the only one typed)")
-
-
-def _sensitive(table: TypedTable, given: str | None, plugin: str) -> str:
-    sens = table.typing.sensitive
-    if given is not None:
-        if given not in table.columns:
-            raise InputError(f"{plugin}: parameter 'sensitive' = {given!r} is not a column of the table")
-        return given
-    if len(sens) == 1:
-        return sens[0]
-    if not sens:
-        raise InputError(f"{plugin} needs a sensitive attribute; name it under 'sensitive' in the typing step")
-    raise InputError(f"{plugin} works on one sensitive attribute, but the typing names {len(sens)} "
-                     f"({', '.join(sens)}); choose one with the parameter 'sensitive'")
-
-
-def _classed(table: TypedTable, params: Mapping[str, Any], plugin: str, ctx: StepContext,
-             sensitive: str | None = None) -> pa.Table:
-    """The published records (a null ``_class`` is suppressed: left out) as an Arrow table
-    ``(cls BIGINT, value VARCHAR)``: ``cls`` numbers the classes -- records sharing the published
-    QI values (``by: values``, the default) or ``_class`` (``by: class``) -- and ``value`` is the
-    sensitive value as the text a hierarchy lists it by (``value`` is left out without
-    ``sensitive``)."""
-    by = params.get("by") or "values"
-    if by == "class" and CLASS not in table.columns:
-        raise InputError(f"{plugin} by class needs the _class column of an algorithm's output")
-    quasi = list(table.typing.quasi)
-    if by == "values" and not quasi:
-        raise InputError(f"{plugin} needs quasi-identifiers in the typing of its input")
-    keys = [CLASS] if by == "class" else quasi
-    cols = {f"_k{i}": table.column(c) for i, c in enumerate(keys)}
-    if CLASS in table.columns:
-        cols["_c"] = table.column(CLASS)
-    if sensitive is not None:
-        cols["_v"] = value_keys(table.column(sensitive))
-    data = pa.table(cols)
-    order = ", ".join(f"_k{i}" for i in range(len(keys)))
-    where = "WHERE _c IS NOT NULL" if "_c" in cols else ""
-    value = ", _v AS value" if sensitive is not None else ""
-    return ctx.sql(f"SELECT (dense_rank() OVER (ORDER BY {order}) - 1)::BIGINT AS cls{value} FROM d {where}", d=data)
-
-
-def _real_matrix(partition: Partition, s: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """``(counts, real, values)`` of the real values of ``s`` per class (the typing's missing
-    marker is no value), as float64."""
-    counts, real, values = real_counts(partition, s)
-    return counts.astype(np.float64), real.astype(np.float64), values
-
 
 def recursive_ratio(counts: np.ndarray, l: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(r1, tail, distinct)`` per class from an ``(n_classes, m)`` count matrix: the largest
@@ -121,13 +61,13 @@ class RecursiveCLDiversity(Metric):
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
                 ctx: StepContext) -> dict[str, float]:
         refuse_null_qis(ctx, anonymized, self.name)
-        s = _sensitive(anonymized, params.get("sensitive"), self.name)
+        s = sensitive_column(anonymized, params.get("sensitive"), self.name)
         claim = anonymized.claims.get(self.name, {})
         c = params.get("c") if params.get("c") is not None else claim.get("c")
         l = params.get("l") if params.get("l") is not None else claim.get("l")
         if l is None:
             raise InputError("recursive-cl-diversity needs 'l' (and 'c' for a verdict), e.g. {c: 3, l: 2}")
-        classed = _classed(anonymized, params, self.name, ctx, s)
+        classed = published_classes(anonymized, params, self.name, ctx, s)
         marker = missing_marker(anonymized)
         row = ctx.sql(
             "WITH cv AS (SELECT cls, value, count(*)::DOUBLE AS c FROM classed "
@@ -157,8 +97,8 @@ class RecursiveCLDiversity(Metric):
         c, l = params.get("c"), params.get("l")
         if c is None or l is None:
             raise InputError("recursive-cl-diversity needs c and l, e.g. model_params: {c: 3, l: 2}")
-        s = _sensitive(partition.table, params.get("sensitive"), self.name)
-        counts, _, _ = _real_matrix(partition, s)
+        s = sensitive_column(partition.table, params.get("sensitive"), self.name)
+        counts, _, _ = real_matrix(partition, s)
         r1, tail, distinct = recursive_ratio(counts, int(l))
         return (distinct >= int(l)) & (r1 < float(c) * tail)
 

@@ -34,71 +34,11 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable
-from anonflow.hierarchy import value_keys
-from anonflow_std.common import real_counts
+from anonflow.api import InputError, Metric, Param, Partition, StepContext, TypedTable
+from anonflow_std.privacy.published_classes import BY, EPS, published_classes
 from anonflow_std.privacy.wildcard import COUNT, key_counts, null_records
 
 __version__ = "0.1.0"
-
-# -- helpers (copied into each privacy-model module: plugin modules import only anonflow.* and
-#    anonflow_std.common) ------------------------------------------------------------------
-
-#: slack on floating-point comparisons, the same in SQL and in ``partition_holds``
-EPS = 1e-9
-
-BY = Param("by", "str", default=None, nullable=True, choices=("values", "class"),
-           help="classes: records sharing the published QI values (default: what an attacker sees), or sharing _class")
-SENSITIVE = Param("sensitive", "str", default=None, nullable=True,
-                  help="the sensitive attribute (default: the only one typed)")
-
-
-def _sensitive(table: TypedTable, given: str | None, plugin: str) -> str:
-    sens = table.typing.sensitive
-    if given is not None:
-        if given not in table.columns:
-            raise InputError(f"{plugin}: parameter 'sensitive' = {given!r} is not a column of the table")
-        return given
-    if len(sens) == 1:
-        return sens[0]
-    if not sens:
-        raise InputError(f"{plugin} needs a sensitive attribute; name it under 'sensitive' in the typing step")
-    raise InputError(f"{plugin} works on one sensitive attribute, but the typing names {len(sens)} "
-                     f"({', '.join(sens)}); choose one with the parameter 'sensitive'")
-
-
-def _classed(table: TypedTable, params: Mapping[str, Any], plugin: str, ctx: StepContext,
-             sensitive: str | None = None) -> pa.Table:
-    """The published records (a null ``_class`` is suppressed: left out) as an Arrow table
-    ``(cls BIGINT, value VARCHAR)``: ``cls`` numbers the classes -- records sharing the published
-    QI values (``by: values``, the default) or ``_class`` (``by: class``) -- and ``value`` is the
-    sensitive value as the text a hierarchy lists it by (``value`` is left out without
-    ``sensitive``)."""
-    by = params.get("by") or "values"
-    if by == "class" and CLASS not in table.columns:
-        raise InputError(f"{plugin} by class needs the _class column of an algorithm's output")
-    quasi = list(table.typing.quasi)
-    if by == "values" and not quasi:
-        raise InputError(f"{plugin} needs quasi-identifiers in the typing of its input")
-    keys = [CLASS] if by == "class" else quasi
-    cols = {f"_k{i}": table.column(c) for i, c in enumerate(keys)}
-    if CLASS in table.columns:
-        cols["_c"] = table.column(CLASS)
-    if sensitive is not None:
-        cols["_v"] = value_keys(table.column(sensitive))
-    data = pa.table(cols)
-    order = ", ".join(f"_k{i}" for i in range(len(keys)))
-    where = "WHERE _c IS NOT NULL" if "_c" in cols else ""
-    value = ", _v AS value" if sensitive is not None else ""
-    return ctx.sql(f"SELECT (dense_rank() OVER (ORDER BY {order}) - 1)::BIGINT AS cls{value} FROM d {where}", d=data)
-
-
-def _real_matrix(partition: Partition, s: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """``(counts, real, values)`` of the real values of ``s`` per class (the typing's missing
-    marker is no value), as float64."""
-    counts, real, values = real_counts(partition, s)
-    return counts.astype(np.float64), real.astype(np.float64), values
-
 
 def smallest_first(sizes: np.ndarray, max_risk: float) -> np.ndarray:
     """Which classes stay when the smallest ones are suppressed (stable order) until the
@@ -134,7 +74,7 @@ def _wildcard_sizes(table: TypedTable, params: Mapping[str, Any], ctx: StepConte
 
 
 def _class_sizes(table: TypedTable, params: Mapping[str, Any], plugin: str, ctx: StepContext) -> pa.Table:
-    classed = _classed(table, params, plugin, ctx)
+    classed = published_classes(table, params, plugin, ctx)
     return ctx.sql("SELECT cls, count(*)::BIGINT AS n FROM classed GROUP BY cls", classed=classed)
 
 

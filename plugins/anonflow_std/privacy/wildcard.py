@@ -117,7 +117,6 @@ def compatible_counts_query(columns: Sequence[str], patterns: Sequence[int], sou
     ps = ", ".join(f"({p}, {s})" for p, subsets in joins.items() for s in subsets)
     proj_d = ", ".join(f"CASE WHEN (k._af_pat & pp.p & {1 << i}) <> 0 THEN k.{c} END AS _af_m{i}" for i, c in enumerate(q))
     proj_q = ", ".join(f"CASE WHEN (ps.s & {1 << i}) <> 0 THEN k.{c} END AS _af_m{i}" for i, c in enumerate(q))
-    mcols = ", ".join(f"_af_m{i}" for i in range(m))
     on = " AND ".join(["a.p = x.p", "a.s = x.s"] + [f"a._af_m{i} IS NOT DISTINCT FROM x._af_m{i}" for i in range(m)])
     keys = ", ".join(f"k.{c}" for c in q)
     wk = wa = wc = wo = ""

@@ -182,18 +182,21 @@ def series_risk(f: int, p: float, terms: int = 200_000) -> float:
     return float(np.exp(logt).sum())
 
 
-def risk_values(f: np.ndarray, r: np.ndarray, threshold: float, name: str = "individual-risk") -> dict[str, float]:
-    """The metric's values from each key's count ``f`` and risk ``r`` (each record of a key
-    carries the key's risk)."""
+def risk_values(f: np.ndarray, r: np.ndarray, threshold: float, name: str = "individual-risk",
+                records: np.ndarray | None = None) -> dict[str, float]:
+    """The metric's values from each key's count ``f`` and risk ``r``; each of the key's
+    ``records`` (default ``f``; with suppressed cells, the records publishing the key, while
+    ``f`` is its compatible count) carries the key's risk."""
     f = np.asarray(f, dtype=np.int64)
-    n = int(f.sum())
-    expected = float(np.dot(f.astype(np.float64), r)) if n else 0.0
+    m = f if records is None else np.asarray(records, dtype=np.int64)
+    n = int(m.sum())
+    expected = float(np.dot(m.astype(np.float64), r)) if n else 0.0
     return {
         name: expected / n if n else 0.0,
         f"{name}.expected_reidentifications": expected,
         f"{name}.max": float(r.max()) if r.size else 0.0,
-        f"{name}.above_threshold": float(f[r > threshold].sum()),
-        f"{name}.sample_uniques": float(f[f == 1].sum()),
+        f"{name}.above_threshold": float(m[r > threshold].sum()),
+        f"{name}.sample_uniques": float(m[f == 1].sum()),
         f"{name}.keys": float(f.size),
         f"{name}.records": float(n),
     }
@@ -288,20 +291,9 @@ class IndividualRisk(Metric):
                 raise InputError(f"individual-risk: population_size {population:g} is below the {n} records")
             F = f * (float(population) / n)
         r = key_risk(f, F, params.get("method") or "approx")
-        threshold = float(params.get("threshold", 0.1))
-        name = self.name
-        expected = float(np.dot(m.astype(np.float64), r)) if n else 0.0
-        ctx.note(f"{name}: {null_records(ctx, table, cols)} record(s) with suppressed cells, counted as wildcards "
-                 "(f_k = compatible count, F_k = the compatible records' weights)")
-        return {
-            name: expected / n if n else 0.0,
-            f"{name}.expected_reidentifications": expected,
-            f"{name}.max": float(r.max()) if r.size else 0.0,
-            f"{name}.above_threshold": float(m[r > threshold].sum()),
-            f"{name}.sample_uniques": float(m[f == 1].sum()),
-            f"{name}.keys": float(f.size),
-            f"{name}.records": float(n),
-        }
+        ctx.note(f"{self.name}: {null_records(ctx, table, cols)} record(s) with suppressed cells, counted as "
+                 "wildcards (f_k = compatible count, F_k = the compatible records' weights)")
+        return risk_values(f, r, float(params.get("threshold", 0.1)), self.name, records=m)
 
 
 PLUGINS = [IndividualRisk()]
