@@ -50,6 +50,23 @@ def install_site(package: Path, target: Path) -> Path:
     return target
 
 
+def run_shipped(workflow: str, tmp: Path) -> dict:
+    """Run ``workflows/<workflow>.yaml`` as shipped through the CLI (``--json``), its store and
+    published files in ``tmp``; the JSON result, with ``dir`` = the output folder."""
+    import json
+
+    from anonflow.cli import main
+
+    plugins.set_registry(None)
+    res = CliRunner().invoke(main, ["run", str(WORKFLOWS / f"{workflow}.yaml"), "--db", str(tmp / "s.duckdb"),
+                                    "--out-dir", str(tmp / "out"), "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["status"] == "succeeded"
+    out["dir"] = tmp / "out"
+    return out
+
+
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text).lstrip())

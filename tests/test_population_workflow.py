@@ -7,15 +7,13 @@ highest risk 1 / the smallest of them."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from .conftest import DATA, WORKFLOWS
+from .conftest import DATA, run_shipped
 
 QIS = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation"]
 
@@ -24,18 +22,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
-    from anonflow import plugins
-    from anonflow.cli import main
-
-    plugins.set_registry(None)
-    tmp = tmp_path_factory.mktemp("population-adult")
-    res = CliRunner().invoke(main, ["run", str(WORKFLOWS / "population-adult.yaml"), "--db", str(tmp / "s.duckdb"),
-                                    "--out-dir", str(tmp / "out"), "--json"], catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
-    assert out["status"] == "succeeded"
-    out["dir"] = tmp / "out"
-    return out
+    return run_shipped("population-adult", tmp_path_factory.mktemp("population-adult"))
 
 
 def _risk(f: np.ndarray, F: np.ndarray) -> np.ndarray:

@@ -6,7 +6,6 @@ t-closeness and entropy-l-diversity outputs re-checked by their definitions."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from .conftest import DATA, WORKFLOWS
+from .conftest import DATA, WORKFLOWS, run_shipped
 
 QIS = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation"]
 SA = "salary-class"
@@ -25,18 +24,7 @@ THRESHOLD = 0.2
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
-    from anonflow import plugins
-    from anonflow.cli import main
-
-    plugins.set_registry(None)
-    tmp = tmp_path_factory.mktemp("risk-adult")
-    res = CliRunner().invoke(main, ["run", str(WORKFLOWS / "risk-adult.yaml"), "--db", str(tmp / "s.duckdb"),
-                                    "--out-dir", str(tmp / "out"), "--json"], catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
-    assert out["status"] == "succeeded"
-    out["dir"] = tmp / "out"
-    return out
+    return run_shipped("risk-adult", tmp_path_factory.mktemp("risk-adult"))
 
 
 def _csv(path: Path, **kw) -> pd.DataFrame:
