@@ -1,3 +1,39 @@
-"""anonflow: privacy-preserving publication of tabular microdata."""
+"""anonflow: privacy-preserving publication of tabular microdata.
+
+The Python API (``docs/api.md``): :func:`load` a workflow file or build a :class:`Workflow`
+in code, :meth:`Workflow.run` it (a :class:`Result`), or :func:`anonymize` a DataFrame in one
+call (an :class:`Anonymized`). Errors are the engine's: :class:`AnonflowError` and its
+subclasses. These names are imported on first use, so ``import anonflow`` stays cheap;
+:mod:`anonflow.api` is the API for writing plugins.
+"""
+
+from __future__ import annotations
+
+from .errors import AnonflowError, InputError, PluginError, RunError, StoreError, WorkflowError
 
 __version__ = "0.1.0"
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it so)
+if TYPE_CHECKING:
+    from .workflow_api import Anonymized, Result, Workflow, anonymize, load
+
+_LAZY = {"load": "workflow_api", "Workflow": "workflow_api", "Result": "workflow_api",
+         "Anonymized": "workflow_api", "anonymize": "workflow_api"}
+
+__all__ = ["AnonflowError", "Anonymized", "InputError", "PluginError", "Result", "RunError", "StoreError",
+           "Workflow", "WorkflowError", "anonymize", "load", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'anonflow' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -273,7 +273,7 @@ def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: 
     memory to preview the typing, the hierarchies, the fragments and what each algorithm will
     face; nothing is stored
     or published (--no-preview skips this)."""
-    from .dag import preview
+    from .dag import plan_json, preview
 
     spec = load_workflow(workflow, overrides, seed)
     registry = get_registry()
@@ -281,15 +281,7 @@ def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: 
     previews = {} if no_preview else preview(p, registry)
     typings = {n: v for n, v in previews.items() if "typing" in v}
     if as_json:
-        steps = [n.to_json() for n in p.steps()]
-        for s in steps:
-            if s["name"] in typings:
-                s["typing"] = typings[s["name"]]["typing"].to_json()
-            elif s["name"] in previews:
-                s["notes"] = previews[s["name"]]["notes"]
-                if "fragments" in previews[s["name"]]:
-                    s["fragments"] = previews[s["name"]]["fragments"]
-        _echo_json({"workflow": spec.name, "seed": spec.seed, "steps": steps})
+        _echo_json(plan_json(p, previews))
         return
     click.echo(f"workflow {spec.name} (seed {spec.seed}): {len(p.order)} nodes, valid")
     for i, node in enumerate(p.steps(), start=1):

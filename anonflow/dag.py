@@ -223,6 +223,24 @@ def _describe(spec: WorkflowSpec, src: SourceSpec) -> list[tuple[str, str]]:
         raise InputError(exc.message, where=spec.where(exc.where or f"source {src.name!r}")) from None
 
 
+def plan_json(plan: Plan, previews: dict[str, Any]) -> dict[str, Any]:
+    """What ``anonflow plan --json`` prints (and ``anonflow.Workflow.plan`` returns):
+    ``{"workflow", "seed", "steps"}``, each step as :meth:`Node.to_json` with, from
+    :func:`preview`, its typing (a typing step) or its notes and fragments."""
+    steps = [n.to_json() for n in plan.steps()]
+    for s in steps:
+        shown = previews.get(s["name"])
+        if shown is None:
+            continue
+        if "typing" in shown:
+            s["typing"] = shown["typing"].to_json()
+        else:
+            s["notes"] = shown["notes"]
+            if "fragments" in shown:
+                s["fragments"] = shown["fragments"]
+    return {"workflow": plan.spec.name, "seed": plan.spec.seed, "steps": steps}
+
+
 #: step kinds that only prepare data: ``anonflow plan`` runs them (in memory) to show what the
 #: algorithms will face.
 PREPARATION = ("source", "typing", "filter", "sample", "hierarchy", "partition")

@@ -409,14 +409,23 @@ class Runner:
 
         if node.kind == "source":
             src = node.source
-            try:
-                digest = file_sha256(src.path) if src.format != "duckdb" or src.path else ""
-            except FileNotFoundError:
-                raise InputError(f"file not found: {src.path}", where=where) from None
+            if src.in_memory:  # a table handed over in Python: its name and content hash, no path
+                digest = str(src.sha256)
+                origin = f"memory:{src.name}"
+            else:
+                try:
+                    digest = file_sha256(src.path) if src.format != "duckdb" or src.path else ""
+                except FileNotFoundError:
+                    raise InputError(f"file not found: {src.path}", where=where) from None
+                origin = str(src.path or src.table)
             fingerprint = self._fingerprint(node, [digest, canonical_json(src.options), src.table], seed, spec.base_dir,
                                         rec["plugins"])
-            rec.update(params={"path": str(src.path), "table": src.table, **src.options}, fingerprint=fingerprint,
-                       inputs=[{"name": str(src.path), "sha256": digest}])
+            if src.in_memory:
+                rec.update(params={"path": None, "table": None, "in_memory": src.name}, fingerprint=fingerprint,
+                           inputs=[{"name": origin, "sha256": digest}])
+            else:
+                rec.update(params={"path": str(src.path), "table": src.table, **src.options}, fingerprint=fingerprint,
+                           inputs=[{"name": str(src.path), "sha256": digest}])
             cached = self.store.cached_step(fingerprint) if use_cache and digest else None
             if cached:
                 art = self.store.artifact(cached["output_table"])
@@ -430,7 +439,7 @@ class Runner:
             artifacts[node.name] = art
             rec.update(output_table=art.table, output_hash=art.hash, rows=art.rows,
                        seconds=time.perf_counter() - t0)
-            self.store.record_step(run_id, rec, lineage=[(str(src.path or src.table), art.table)])
+            self.store.record_step(run_id, rec, lineage=[(origin, art.table)])
             return rec
 
         inputs = [artifacts[i] for i in node.inputs]

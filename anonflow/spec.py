@@ -25,22 +25,36 @@ RESOURCE_KEYS = ("memory", "threads", "temp_directory")
 MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
 STEP_KEYS = ("uses", "input", "with", "after", "description")
 SOURCE_KEYS = ("path", "table", "db", "format", "delimiter", "header", "quote", "na_values",
-               "types", "description")
+               "types", "description", "sha256")
 FORMATS = ("csv", "parquet", "duckdb")
+#: the format of an in-memory table (a DataFrame or Arrow table handed over in Python, see
+#: :mod:`anonflow.memtable`); a workflow file cannot hold one
+IN_MEMORY = "arrow"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """A named input table: a CSV or Parquet file, or a table in a DuckDB database."""
+    """A named input table: a CSV or Parquet file, a table in a DuckDB database, or (format
+    ``arrow``, from the Python API only) an in-memory Arrow table: ``data`` holds it and
+    ``sha256`` its content hash (:func:`anonflow.memtable.arrow_sha256`), which the run
+    records in place of a file's."""
 
     name: str
     format: str
     path: Path | None = None
     table: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    data: Any = field(default=None, compare=False, repr=False)
+    sha256: str | None = None
+
+    @property
+    def in_memory(self) -> bool:
+        return self.format == IN_MEMORY
 
     def describe(self) -> str:
+        if self.in_memory:
+            return f"in-memory table {self.name} (sha256 {str(self.sha256)[:16]}...)"
         if self.format == "duckdb":
             return f"table {self.table}" + (f" in {self.path}" if self.path else "")
         return str(self.path)
@@ -104,10 +118,13 @@ class WorkflowSpec:
     description: str = ""
     resources: Resources = field(default_factory=Resources)
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
+    #: the folder relative paths are read from, when ``path`` names no file (a workflow built
+    #: in Python, whose ``path`` is ``<NAME>``); None: the workflow file's folder
+    base: Path | None = None
 
     @property
     def base_dir(self) -> Path:
-        return self.path.parent
+        return self.base if self.base is not None else self.path.parent
 
     @property
     def text_hash(self) -> str:
@@ -253,8 +270,13 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkflowError(f"cannot read workflow file {path}: {exc}") from None
+    data = _parse(path, text)
+    return workflow_from_data(data, path, text, overrides, seed)
+
+
+def _parse(path: Path, text: str) -> Any:
     try:
-        data = load_yaml(text)
+        return load_yaml(text)
     except DuplicateKeyError as exc:
         raise _err(path, f"line {exc.mark.line + 1}, column {exc.mark.column + 1}: {exc}; "
                          "each step, source and parameter may be given once") from None
@@ -267,6 +289,18 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
         loc = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise _err(path, f"{loc}not valid YAML ({problem})") from None
+
+
+def workflow_from_data(data: Any, path: Path, text: str, overrides: Iterable[Any] = (), seed: int | None = None,
+                       *, base: Path | None = None, tables: Mapping[str, Any] | None = None) -> WorkflowSpec:
+    """Validate a parsed workflow (the mapping a workflow file holds) into a
+    :class:`WorkflowSpec`; apply ``--set`` overrides (``"STEP.PARAM=VALUE"`` text, or
+    ``(step, param, value)`` triples already parsed) and ``--seed``.
+
+    ``path`` names the file (in error messages, and its folder reads relative paths unless
+    ``base`` is given); ``text`` is what the run records as the workflow's text. ``tables``
+    holds the Arrow tables of in-memory sources (``{format: arrow, sha256: ...}`` in ``data``,
+    keyed by source name): the Python API's; a workflow file names none."""
     if not isinstance(data, Mapping):
         raise _err(path, "expected a mapping with keys name, seed, sources, steps")
     _check_keys(path, data, TOP_KEYS)
@@ -281,11 +315,11 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
     if isinstance(wf_seed, bool) or not isinstance(wf_seed, int) or not 0 <= wf_seed <= MAX_SEED:
         raise _err(path, f"'seed' must be an integer from 0 to {MAX_SEED} (2^63 - 1), got {wf_seed!r}")
 
-    base = path.resolve().parent
+    base_dir = base if base is not None else path.resolve().parent
     raw_sources = data.get("sources") or {}
     if not isinstance(raw_sources, Mapping):
         raise _err(path, "'sources' must be a mapping of name -> {path: ...}")
-    sources = {str(n): _source(path, base, str(n), s) for n, s in raw_sources.items()}
+    sources = {str(n): _source(path, base_dir, str(n), s, tables or {}) for n, s in raw_sources.items()}
 
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, Mapping) or not raw_steps:
@@ -297,7 +331,7 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
             raise _err(path, "a step and a source have the same name; names must be unique", f"step {sname!r}")
         steps[sname] = _step(path, sname, sdata, i)
 
-    parsed = [parse_override(o) for o in overrides]
+    parsed = [parse_override(o) if isinstance(o, str) else tuple(o) for o in overrides]
     for step, param, value in parsed:
         if step not in steps:
             raise WorkflowError(f"--set {step}.{param}: no step named {step!r}{suggest(step, steps)}", where=str(path))
@@ -305,8 +339,8 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
 
     return WorkflowSpec(name=name, seed=int(wf_seed), sources=sources, steps=steps, path=path,
                         text=text, overrides=tuple(parsed), description=str(data.get("description") or ""),
-                        resources=_resources(path, base, data.get("resources")),
-                        executor=_executor(path, base, data.get("executor")))
+                        resources=_resources(path, base_dir, data.get("resources")),
+                        executor=_executor(path, base_dir, data.get("executor")), base=base)
 
 
 def _executor(path: Path, base: Path, data: Any) -> ExecutorSpec:
@@ -357,7 +391,7 @@ def _resources(path: Path, base: Path, data: Any) -> Resources:
     return Resources(memory, threads, temp)
 
 
-def _source(path: Path, base: Path, name: str, data: Any) -> SourceSpec:
+def _source(path: Path, base: Path, name: str, data: Any, tables: Mapping[str, Any]) -> SourceSpec:
     where = f"source {name!r}"
     if not _IDENT.match(name):
         raise _err(path, "source names start with a letter or '_' and hold letters, digits, '_' or '-'", where)
@@ -367,6 +401,11 @@ def _source(path: Path, base: Path, name: str, data: Any) -> SourceSpec:
         raise _err(path, "expected {path: FILE} or {table: NAME, db: FILE}", where)
     _check_keys(path, data, SOURCE_KEYS, where)
     fmt = data.get("format")
+    if fmt == IN_MEMORY or "sha256" in data:
+        if fmt != IN_MEMORY or name not in tables:
+            raise _err(path, f"an in-memory table (format {IN_MEMORY}, sha256) is given in Python, not in a workflow "
+                             "file: pass the DataFrame or Arrow table to anonflow.Workflow", where)
+        return SourceSpec(name=name, format=IN_MEMORY, data=tables[name], sha256=str(data.get("sha256")))
     file = data.get("path") if data.get("path") is not None else data.get("db")
     resolved = (base / str(file)).resolve() if file is not None else None
     if fmt is None:

@@ -257,6 +257,8 @@ def _check_header(con: Any, src: SourceSpec, names: list[str]) -> None:
 
 
 def _no_records(src: SourceSpec) -> str:
+    if src.in_memory:
+        return f"the in-memory table {src.name!r} has no records"
     if src.format == "duckdb":
         return f"table {src.table!r}" + (f" in {src.path}" if src.path else "") + " has no records"
     if src.format == "csv":
@@ -271,6 +273,11 @@ def _duck_message(exc: Exception) -> str:
 def read_source(src: SourceSpec) -> pa.Table:
     """Read a source into Arrow (no ``_row`` column yet); errors name the source and file."""
     where = f"source {src.name!r}"
+    if src.in_memory:
+        _check_reserved(src.data.column_names, src)
+        if src.data.num_rows == 0:
+            raise InputError(_no_records(src), where=where)
+        return src.data
     if src.format == "duckdb":
         con = _open_duckdb_source(src)
         try:
@@ -324,6 +331,16 @@ def _check_reserved(names: Iterable[str], src: SourceSpec) -> None:
 def describe_source(src: SourceSpec) -> list[tuple[str, str]]:
     """Column names and DuckDB types of a source, without loading it all (for planning)."""
     where = f"source {src.name!r}"
+    if src.in_memory:  # DuckDB's names of the Arrow types (registered: nothing is copied)
+        data = read_source(src)
+        con = _connect()
+        try:
+            con.register("_af_incoming", data)
+            return [(r[0], r[1]) for r in con.execute("DESCRIBE SELECT * FROM _af_incoming").fetchall()]
+        except duckdb.Error as exc:
+            raise InputError(f"DuckDB cannot read the in-memory table: {_duck_message(exc)}", where=where) from None
+        finally:
+            con.close()
     if src.format == "duckdb":
         return [(f.name, str(f.type)) for f in read_source(src).schema]
     _check_source_file(src)
@@ -868,6 +885,19 @@ class Store:
         view only if every value is a whole number below 2^53; a later value that fits no sniffed
         type fails the read, which is then redone with types sniffed on the whole file."""
         where = f"source {src.name!r}"
+        if src.in_memory:
+            # an Arrow table in this process: registered (DuckDB reads its buffers in place) and
+            # written into the store once, in its order
+            self.con.register("_af_incoming", src.data)
+            try:
+                self.con.execute(f"CREATE TABLE {ident(name)} AS SELECT * FROM _af_incoming")
+            except duckdb.Error as exc:
+                if isinstance(exc, duckdb.OutOfMemoryException):
+                    raise
+                raise InputError(f"DuckDB cannot read the in-memory table: {_duck_message(exc)}", where=where) from None
+            finally:
+                self.con.unregister("_af_incoming")
+            return {}
         if src.format == "duckdb":
             # another DuckDB file: read through a sandboxed connection (a view in it must not read
             # other files), streamed into the store batch by batch (bounded memory, file order)

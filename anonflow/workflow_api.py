@@ -1,0 +1,539 @@
+"""The Python API: workflows loaded from files or built in code, run by the same engine as
+``anonflow run`` (:func:`~anonflow.spec.load_workflow` / :func:`~anonflow.dag.build_plan` /
+:class:`~anonflow.runner.Runner` / :class:`~anonflow.store.Store`), and :func:`anonymize`,
+the one-call form for a notebook. ``docs/api.md`` is its guide.
+
+This is the API for *using* anonflow; :mod:`anonflow.api` is the one for writing plugins.
+
+* :func:`load` reads a workflow file into a :class:`Workflow`; ``Workflow(...)`` and
+  :meth:`Workflow.from_dict` build one in code, whose sources may be in-memory tables (pandas
+  or polars DataFrames, Arrow tables: :mod:`anonflow.memtable`).
+* :meth:`Workflow.run` returns a :class:`Result` (``run_id``, ``metrics``, ``outputs``,
+  ``steps``, and each step's table as Arrow, :meth:`Result.table`); :meth:`Workflow.plan`
+  returns what ``anonflow plan --json`` prints.
+* Errors are the engine's (:mod:`anonflow.errors`), with the messages the CLI prints.
+
+The store: a run records itself in a DuckDB store, ``db``. The CLI's default is the file
+``./anonflow.duckdb``; the API's is an in-memory store (``":memory:"``), nothing written to
+disk but the published files, kept open by the :class:`Result` until :meth:`Result.close`
+(or until the result is garbage-collected). Give ``db="anonflow.duckdb"`` to record the run
+where the CLI does (``anonflow runs`` then lists it) and to reuse earlier steps (the cache).
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
+
+from .errors import AnonflowError, InputError, StoreError, WorkflowError
+
+if TYPE_CHECKING:
+    import pandas
+    import pyarrow as pa
+
+    from .spec import WorkflowSpec
+    from .store import Store
+
+__all__ = ["Anonymized", "Result", "Workflow", "anonymize", "load"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+#: ``set=``: ``{"grouped.k": 10}`` or ``["grouped.k=10"]`` (the CLI's ``--set`` text)
+Overrides = Union[Mapping[str, Any], Iterable[str], None]
+#: the API's default store: in memory, open as long as the run's :class:`Result`
+DEFAULT_DB = ":memory:"
+
+_WORKFLOW_KEYS = ("name", "description", "seed", "resources", "executor", "sources", "steps")
+
+
+def load(path: PathLike) -> "Workflow":
+    """The workflow file at ``path`` as a :class:`Workflow`; it is validated as ``anonflow plan
+    --no-preview`` does (raises :class:`~anonflow.errors.WorkflowError` /
+    :class:`~anonflow.errors.InputError` with the CLI's message), and read again at each
+    :meth:`~Workflow.run`, as the CLI would."""
+    wf = Workflow.__new__(Workflow)
+    wf._init(path=Path(path))
+    wf.spec()  # fail now on a broken file
+    return wf
+
+
+def _overrides(given: Overrides) -> list[Any]:
+    """``set=`` as :func:`~anonflow.spec.workflow_from_data` takes it: ``--set`` text as it is,
+    a mapping's ``"STEP.PARAM": value`` items as parsed ``(step, param, value)`` triples."""
+    if given is None:
+        return []
+    if isinstance(given, str):
+        return [given]
+    if isinstance(given, Mapping):
+        out = []
+        for key, value in given.items():
+            step, dot, param = str(key).partition(".")
+            if not dot or not step.strip() or not param.strip():
+                raise WorkflowError(f"set {key!r}: expected 'STEP.PARAM', for example 'grouped.k'")
+            out.append((step.strip(), param.strip(), _plain(value, f"set {key!r}")))
+        return out
+    return [str(o) for o in given]
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` as YAML can write it: mappings with text keys, lists, text, numbers, booleans,
+    None (tuples become lists, paths text, NumPy scalars Python numbers)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, where) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, where) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        return _plain(value.item(), where)
+    raise WorkflowError(f"{where}: a {type(value).__name__} cannot be written in a workflow (give text, numbers, "
+                        "booleans, lists or mappings)")
+
+
+class Workflow:
+    """A workflow: loaded from a file (:func:`load`) or built in code.
+
+    Built in code, from keyword arguments or a mapping shaped like a workflow file
+    (:meth:`from_dict`), then extended with :meth:`add_source` and :meth:`add_step` (which
+    return the workflow, so calls chain)::
+
+        wf = anonflow.Workflow("census", seed=1, sources={"census": df})
+        wf.add_step("typed", "typing", "census", quasi=["AGI", "FICA"])
+        wf.add_step("grouped", "mdav", "typed", k=5)
+
+    A source is a path (relative to ``base_dir``, default the current folder when the workflow
+    is made), a mapping as in a workflow file (``{"path": ..., "delimiter": ";"}``), or an
+    in-memory table: a pandas or polars DataFrame or an Arrow table, converted to Arrow once,
+    when added (:func:`anonflow.memtable.to_arrow`), and recorded by its content hash
+    (:func:`anonflow.memtable.arrow_sha256`). The workflow is validated when it runs or is
+    planned, exactly as the same workflow file would be; the text the run records is the
+    YAML of :meth:`to_dict`, an in-memory source written ``{format: arrow, sha256: ...}``.
+
+    A workflow object can be run any number of times (with other ``set=``, ``seed=``, ``db=``).
+    """
+
+    def __init__(self, name: str = "workflow", *, seed: int = 0, description: str = "",
+                 sources: Mapping[str, Any] | None = None, steps: Mapping[str, Any] | None = None,
+                 resources: Mapping[str, Any] | None = None, base_dir: PathLike | None = None) -> None:
+        self._init(base_dir=base_dir)
+        self._data.update(name=name, seed=seed)
+        if description:
+            self._data["description"] = description
+        if resources is not None:
+            self._data["resources"] = dict(resources)
+        for sname, source in (sources or {}).items():
+            self.add_source(str(sname), source)
+        for sname, step in (steps or {}).items():
+            if not isinstance(step, Mapping):
+                raise WorkflowError(f"step {sname!r}: expected a mapping with 'uses', 'input' and 'with'",
+                                    where=self._where)
+            self._data["steps"][str(sname)] = dict(step)
+
+    def _init(self, *, path: Path | None = None, base_dir: PathLike | None = None) -> None:
+        self._path = path
+        self._base = Path(os.path.abspath(base_dir if base_dir is not None else os.getcwd()))
+        self._data: dict[str, Any] = {"sources": {}, "steps": {}}
+        self._tables: dict[str, Any] = {}
+        self._hashes: dict[str, str] = {}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, base_dir: PathLike | None = None) -> "Workflow":
+        """A workflow from a mapping shaped like a workflow file (``name``, ``seed``,
+        ``sources``, ``steps``...); a source may be an in-memory table."""
+        if not isinstance(data, Mapping):
+            raise WorkflowError(f"expected a mapping with keys name, seed, sources, steps, got {type(data).__name__}")
+        unknown = [k for k in data if k not in _WORKFLOW_KEYS]
+        if unknown:
+            from .params import suggest
+
+            raise WorkflowError(f"unknown key {unknown[0]!r}{suggest(str(unknown[0]), _WORKFLOW_KEYS)}; expected one "
+                                f"of {', '.join(_WORKFLOW_KEYS)}", where=f"<{data.get('name') or 'workflow'}>")
+        sources = data.get("sources") or {}
+        steps = data.get("steps") or {}
+        if not isinstance(sources, Mapping) or not isinstance(steps, Mapping):
+            raise WorkflowError("'sources' and 'steps' must be mappings", where=f"<{data.get('name') or 'workflow'}>")
+        wf = cls(str(data.get("name") or "workflow"), seed=data.get("seed", 0),
+                 description=str(data.get("description") or ""), sources=sources, steps=steps,
+                 resources=data.get("resources"), base_dir=base_dir)
+        if data.get("executor") is not None:
+            wf._data["executor"] = data["executor"]
+        return wf
+
+    # -- building ------------------------------------------------------------------------
+
+    @property
+    def _where(self) -> str:
+        return str(self._path) if self._path is not None else f"<{self._data.get('name', 'workflow')}>"
+
+    def _editable(self) -> None:
+        if self._path is not None:
+            raise WorkflowError("a workflow loaded from a file is not changed in Python; use "
+                                "anonflow.Workflow.from_dict(wf.to_dict()) for a copy to change, or set= to override "
+                                "parameters", where=str(self._path))
+
+    def add_source(self, name: str, source: Any, **options: Any) -> "Workflow":
+        """Add (or replace) source ``name``: an in-memory table (pandas or polars DataFrame,
+        Arrow table), a path, or a mapping as in a workflow file; ``options`` are the file
+        source's keys (``delimiter=";"``, ``na_values=["?"]``...)."""
+        from .memtable import arrow_sha256, is_table, to_arrow
+
+        self._editable()
+        self._tables.pop(name, None)
+        self._hashes.pop(name, None)
+        if is_table(source):
+            if options:
+                raise WorkflowError(f"options {', '.join(map(repr, options))} are for file sources; an in-memory "
+                                    "table takes none", where=f"{self._where}: source {name!r}")
+            table = to_arrow(source, where=f"{self._where}: source {name!r}")
+            self._tables[name] = table
+            self._hashes[name] = arrow_sha256(table)
+            self._data["sources"][name] = table
+            return self
+        if isinstance(source, Mapping):
+            entry = {**source, **options}
+        elif isinstance(source, (str, os.PathLike)):
+            entry = {"path": os.fspath(source), **options}
+        else:
+            raise InputError(f"expected a path, a mapping, or a pandas or polars DataFrame or Arrow table, got "
+                             f"{type(source).__name__}", where=f"{self._where}: source {name!r}")
+        self._data["sources"][name] = entry
+        return self
+
+    def add_step(self, name: str, uses: str, input: str | Iterable[str] | None = None, *,
+                 after: str | Iterable[str] | None = None, description: str | None = None,
+                 params: Mapping[str, Any] | None = None, **kwargs: Any) -> "Workflow":
+        """Add (or replace) step ``name`` running ``uses`` (a built-in step or an algorithm)
+        on ``input``; its parameters (the file's ``with:``) are ``params`` and the keyword
+        arguments (``k=5``; a parameter whose name is not a Python identifier, such as
+        ``model_params``'s keys, goes in ``params``)."""
+        self._editable()
+        step: dict[str, Any] = {"uses": uses}
+        if input is not None:
+            step["input"] = input if isinstance(input, str) else list(input)
+        if after is not None:
+            step["after"] = after if isinstance(after, str) else list(after)
+        if description:
+            step["description"] = description
+        merged = {**(params or {}), **kwargs}
+        if merged:
+            step["with"] = merged
+        self._data["steps"][name] = step
+        return self
+
+    # -- what it is ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.spec().name if self._path is not None else str(self._data.get("name"))
+
+    @property
+    def path(self) -> Path | None:
+        """The workflow file, or None for a workflow built in code."""
+        return self._path
+
+    def to_dict(self) -> dict[str, Any]:
+        """The workflow as a mapping shaped like its file (in-memory sources as their Arrow
+        tables); :meth:`from_dict` takes it back."""
+        if self._path is not None:
+            from .spec import load_yaml
+
+            return dict(load_yaml(self._path.read_text(encoding="utf-8")))
+        out = dict(self._data)
+        out["sources"] = dict(self._data["sources"])
+        out["steps"] = {k: dict(v) for k, v in self._data["steps"].items()}
+        return out
+
+    def text(self) -> str:
+        """The workflow file's text, or for a workflow built in code the YAML the run records
+        (an in-memory source written ``{format: arrow, sha256: ...}``)."""
+        if self._path is not None:
+            return self._path.read_text(encoding="utf-8")
+        import yaml
+
+        data = dict(self._data)
+        data["sources"] = {n: ({"format": "arrow", "sha256": self._hashes[n]} if n in self._tables else s)
+                           for n, s in self._data["sources"].items()}
+        ordered = {k: data[k] for k in _WORKFLOW_KEYS if k in data}
+        return yaml.safe_dump(_plain(ordered, self._where), sort_keys=False, allow_unicode=True, width=100)
+
+    def source_hashes(self) -> dict[str, str]:
+        """The content hash (:func:`anonflow.memtable.arrow_sha256`) of each in-memory source."""
+        return dict(self._hashes)
+
+    def spec(self, *, set: Overrides = None, seed: int | None = None) -> "WorkflowSpec":
+        """The validated :class:`~anonflow.spec.WorkflowSpec` (``set=`` and ``seed=`` applied),
+        as ``load_workflow`` gives the CLI."""
+        from .spec import MAX_SEED, load_workflow, load_yaml, workflow_from_data
+
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+            raise WorkflowError(f"seed must be an integer from 0 to {MAX_SEED} (2^63 - 1), got {seed!r}")
+        overrides = _overrides(set)
+        if self._path is not None:
+            return load_workflow(self._path, overrides, seed)
+        text = self.text()
+        return workflow_from_data(load_yaml(text), Path(self._where), text, overrides, seed, base=self._base,
+                                  tables=self._tables)
+
+    def __repr__(self) -> str:
+        where = f" from {self._path}" if self._path is not None else ""
+        return f"<anonflow.Workflow {self._data.get('name') if self._path is None else self._path.stem}{where}>"
+
+    # -- planning and running ------------------------------------------------------------
+
+    def plan(self, *, set: Overrides = None, seed: int | None = None, preview: bool = True) -> dict[str, Any]:
+        """What ``anonflow plan --json`` prints, as data: ``{"workflow", "seed", "steps"}``.
+        With ``preview`` (the default) the preparation steps run on the data in a throw-away
+        in-memory store, as ``anonflow plan`` does (``preview=False``: ``--no-preview``)."""
+        from .dag import build_plan, plan_json
+        from .dag import preview as run_preview
+        from .plugins import get_registry
+
+        spec = self.spec(set=set, seed=seed)
+        registry = get_registry()
+        plan = build_plan(spec, registry)
+        return plan_json(plan, run_preview(plan, registry) if preview else {})
+
+    def run(self, *, set: Overrides = None, seed: int | None = None, db: PathLike | None = None,
+            out_dir: PathLike | None = None, use_cache: bool = True, memory: str | None = None,
+            threads: int | None = None) -> "Result":
+        """Run the workflow as ``anonflow run`` does and return its :class:`Result`.
+
+        ``set``: parameter overrides (``{"grouped.k": 10}``, or the CLI's ``["grouped.k=10"]``);
+        ``seed``: the workflow's seed; ``db``: the store, by default an in-memory one (see the
+        module's docstring), or a file such as ``"anonflow.duckdb"``; ``out_dir``: where
+        published files go (default ``out/`` beside the workflow file, or in ``base_dir`` for
+        a workflow built in code); ``use_cache``: reuse steps an earlier run of the same store
+        computed (``--no-cache`` is ``False``); ``memory``, ``threads``: DuckDB's limits
+        (``--memory``, ``--threads``). A failed run raises :class:`~anonflow.errors.RunError`
+        (``exc.run_id`` names its record), invalid input
+        :class:`~anonflow.errors.InputError` / :class:`~anonflow.errors.WorkflowError`."""
+        from .dag import build_plan
+        from .plugins import get_registry
+        from .runner import Runner
+        from .spec import Resources, check_memory, check_threads
+        from .store import Store
+
+        spec = self.spec(set=set, seed=seed)
+        resources = Resources(check_memory(memory, "memory") if memory is not None else None,
+                              check_threads(threads, "threads") if threads is not None else None)
+        registry = get_registry()
+        plan = build_plan(spec, registry)
+        db_path = DEFAULT_DB if db is None else os.fspath(db)
+        store = Store(db_path)
+        try:
+            run = Runner(store, registry, resources=resources).run(
+                spec, use_cache=use_cache, plan=plan,
+                output_dir=Path(out_dir) if out_dir is not None else None)
+        except BaseException:
+            store.close()
+            raise
+        if db_path != DEFAULT_DB:
+            store.close()
+            store = None
+        return Result(run_id=run.run_id, status=run.status, workflow=run.workflow, metrics=dict(run.metrics),
+                      outputs=list(run.outputs), steps=list(run.steps), db=db_path, store=store)
+
+
+class Result:
+    """A finished run: ``run_id``, ``status`` (``"succeeded"``: a failed run raises),
+    ``workflow`` (its name), ``metrics`` (``"step.metric"`` -> value), ``outputs`` (each
+    published file's ``path``, ``sha256`` and ``rows``), ``steps`` (each step's ``step``,
+    ``kind``, ``uses``, ``status``, ``rows``, ``seconds``, ``notes``), ``db`` (the store) --
+    what ``anonflow run --json`` prints -- and each step's table, :meth:`table`.
+
+    With an in-memory store the result holds it open: :meth:`close` (or ``with``) frees it
+    (it is freed when the result is garbage-collected, too). With a store file, each
+    :meth:`table` opens it read-only for the time of the read."""
+
+    def __init__(self, *, run_id: str, status: str, workflow: str, metrics: dict[str, float],
+                 outputs: list[dict[str, Any]], steps: list[dict[str, Any]], db: str,
+                 store: "Store | None" = None) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.workflow = workflow
+        self.metrics = metrics
+        self.outputs = outputs
+        self.steps = steps
+        self.db = db
+        self._store = store
+        self._closer = weakref.finalize(self, store.close) if store is not None else None
+
+    def __repr__(self) -> str:
+        return f"<anonflow.Result run {self.run_id}: {self.workflow} {self.status}, {len(self.metrics)} metrics>"
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``anonflow run --json`` prints."""
+        return {"run_id": self.run_id, "status": self.status, "workflow": self.workflow, "metrics": self.metrics,
+                "outputs": self.outputs, "steps": self.steps, "error": None}
+
+    def close(self) -> None:
+        """Close the in-memory store (its tables are gone); nothing to do for a store file."""
+        if self._closer is not None:
+            self._closer()
+
+    def __enter__(self) -> "Result":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _open(self) -> tuple["Store", bool]:
+        from .store import Store
+
+        if self._store is not None:
+            if self._closer is not None and not self._closer.alive:
+                raise StoreError(f"the in-memory store of run {self.run_id} is closed: its tables are gone")
+            return self._store, False
+        return Store(self.db, read_only=True), True
+
+    def table(self, step: str) -> "pa.Table":
+        """The table step (or source) ``step`` produced, as a ``pyarrow.Table`` in the store's
+        order, with anonflow's columns: ``_row`` (the record's source position) and, after an
+        algorithm, ``_class`` (its equivalence class). A publish step writes it ordered by
+        class and without ``_row``; this is the step's table as the next step reads it."""
+        store, opened = self._open()
+        try:
+            rec = store.step_in_run(self.run_id, step)
+            if rec is None:
+                from .params import suggest
+
+                names = [s["step"] for s in store.steps(self.run_id)]
+                raise InputError(f"run {self.run_id} has no step {step!r}{suggest(step, names)}; its steps: "
+                                 f"{', '.join(names)}")
+            if not rec.get("output_table"):
+                raise InputError(f"step {step!r} ({rec['kind']}: {rec['uses']}) produces no table")
+            return store.data(rec["output_table"])
+        finally:
+            if opened:
+                store.close()
+
+    def to_pandas(self, step: str) -> "pandas.DataFrame":
+        """:meth:`table` as a pandas DataFrame (needs pandas)."""
+        return self.table(step).to_pandas()
+
+    def to_polars(self, step: str) -> Any:
+        """:meth:`table` as a polars DataFrame (needs polars)."""
+        import polars
+
+        return polars.from_arrow(self.table(step))
+
+
+class Anonymized:
+    """What :func:`anonymize` returns: ``table``, the anonymized records as a ``pyarrow.Table``
+    as a publish step writes them (ordered by class, then by their values; no ``_row``;
+    ``_class`` is each record's equivalence class), ``metrics`` (``"scores.<metric>"`` ->
+    value), ``run_id``, and ``result``, the whole run's :class:`Result` (every step's table,
+    e.g. ``result.table("typed")``)."""
+
+    def __init__(self, table: "pa.Table", result: Result, suppressed: int | None = None) -> None:
+        self.table = table
+        self.result = result
+        self.metrics = result.metrics
+        self.run_id = result.run_id
+        #: records the algorithm suppressed (not in ``table``), for an algorithm that may
+        self.suppressed = suppressed
+
+    def __repr__(self) -> str:
+        return f"<anonflow.Anonymized {self.table.num_rows} records, run {self.run_id}>"
+
+    def to_pandas(self) -> "pandas.DataFrame":
+        return self.table.to_pandas()
+
+    def to_polars(self) -> Any:
+        import polars
+
+        return polars.from_arrow(self.table)
+
+
+def _default_metrics(algorithm: str, params: Mapping[str, Any]) -> list[Any]:
+    """``k-anonymity`` plus every model the algorithm claims for ``params`` (each with the
+    claimed parameters, so the evaluate step checks it); just ``k-anonymity`` when the
+    parameters are not valid (the run then says why)."""
+    from .params import ParamError, validate_params
+    from .plugins import get_registry
+
+    registry = get_registry()
+    claims: dict[str, Any] = {}
+    if registry.has("algorithm", algorithm):
+        algo = registry.get("algorithm", algorithm).obj
+        try:
+            claims = dict(algo.claims(validate_params(algo.params, dict(params))) or {})
+        except (ParamError, AnonflowError, KeyError, TypeError, ValueError):
+            claims = {}
+    out: list[Any] = [] if "k-anonymity" in claims else ["k-anonymity"]
+    for model, given in claims.items():
+        if registry.has("metric", model):
+            out.append({model: dict(given)} if given else model)
+    return out
+
+
+def anonymize(data: Any, algorithm: str = "mdav", *, quasi: Any, sensitive: Any = None, label: Any = None,
+              insensitive: Any = None, identifier: Any = None, weight: str | None = None, others: str | None = None,
+              missing: str | None = None, missing_values: list[str] | None = None,
+              not_missing: list[str] | None = None, hierarchies: Mapping[str, Any] | None = None,
+              metrics: Any = None, seed: int = 0, db: PathLike | None = None, base_dir: PathLike | None = None,
+              **params: Any) -> Anonymized:
+    """Anonymize one table in one call and return an :class:`Anonymized`.
+
+    ``data``: a pandas or polars DataFrame or an Arrow table. It builds and runs this workflow
+    (the same engine as any other run)::
+
+        sources:  {data: <the table>}
+        steps:
+          typed:      {uses: typing, input: data, with: {quasi: ..., sensitive: ..., ...}}
+          hier:       {uses: hierarchy, input: typed, with: <hierarchies>}   # only if given
+          anonymized: {uses: <algorithm>, input: hier or typed, with: <params>}
+          scores:     {uses: evaluate, input: [hier or typed, anonymized], with: {metrics: <metrics>}}
+
+    ``quasi`` ... ``not_missing`` are the typing step's parameters (those left None take its
+    defaults); ``hierarchies`` the hierarchy step's (column -> builder, e.g. ``{"age":
+    {"arx": "age.csv"}}``, files relative to ``base_dir``); the remaining keyword arguments are
+    the algorithm's parameters (``k=5``; ``model_params={"k": 5}`` for ``lattice``).
+    ``metrics`` defaults to ``k-anonymity`` plus each privacy model the algorithm claims,
+    checked with the claimed parameters. ``seed`` is the workflow's; ``db`` the store (default:
+    in memory, see :meth:`Workflow.run`). Invalid input raises
+    :class:`~anonflow.errors.InputError` or :class:`~anonflow.errors.WorkflowError`, a failed
+    run :class:`~anonflow.errors.RunError`."""
+    typing: dict[str, Any] = {"quasi": quasi}
+    for key, value in (("sensitive", sensitive), ("label", label), ("insensitive", insensitive),
+                       ("identifier", identifier), ("weight", weight), ("others", others), ("missing", missing),
+                       ("missing_values", missing_values), ("not_missing", not_missing)):
+        if value is not None:
+            typing[key] = value
+    wf = Workflow("anonymize", seed=seed, sources={"data": data}, base_dir=base_dir)
+    wf.add_step("typed", "typing", "data", params=typing)
+    prepared = "typed"
+    if hierarchies:
+        wf.add_step("hier", "hierarchy", "typed", params=dict(hierarchies))
+        prepared = "hier"
+    wf.add_step("anonymized", algorithm, prepared, params=params)
+    wf.add_step("scores", "evaluate", [prepared, "anonymized"],
+                params={"metrics": metrics if metrics is not None else _default_metrics(algorithm, params)})
+    result = wf.run(db=db)
+    try:
+        table, suppressed = _published(result)
+    except BaseException:
+        result.close()
+        raise
+    return Anonymized(table, result, suppressed)
+
+
+def _published(result: Result) -> tuple["pa.Table", int | None]:
+    """The ``anonymized`` step's records as a publish step writes them, and how many were
+    suppressed (None when the algorithm does not suppress)."""
+    from .builtins import for_publication
+    from .table import TypedTable
+
+    store, opened = result._open()
+    try:
+        rec = store.step_in_run(result.run_id, "anonymized")
+        stored = store.get(rec["output_table"])
+        table = for_publication(TypedTable(store.data(rec["output_table"]), stored.typing, stored.claims)).data
+        suppressed = (rec.get("summary") or {}).get("suppressed")
+        return table, suppressed
+    finally:
+        if opened:
+            store.close()
