@@ -146,6 +146,8 @@ def _step_uses(s: dict[str, Any]) -> str:
 
 
 def _display_path(path: str) -> str:
+    if "://" in path:  # a database's table (postgresql://user@host:port/db#schema.table), not a file
+        return path
     try:
         return os.path.relpath(path)
     except ValueError:
@@ -419,7 +421,8 @@ def lineage(target: str, db: str, run_id: str | None, as_json: bool) -> None:
         click.echo(head)
         if s["kind"] == "source":
             for i in s["inputs"] or []:
-                click.echo(f"{pad}  file {i['name']} sha256 {i['sha256']}")
+                what = "read" if s["uses"] == "postgres" else "file"  # a server's table or query
+                click.echo(f"{pad}  {what} {i['name']} sha256 {i['sha256']}")
         else:
             click.echo(f"{pad}  params {json.dumps(s['params'], sort_keys=True, default=str)}")
         if s.get("output_table"):

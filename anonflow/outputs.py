@@ -19,6 +19,12 @@ output folder; if the run then fails (a later publish step, a release that canno
 written, an interrupt), :meth:`OutputGuard.rollback` removes what this run wrote and moves
 the earlier files back, so a failed run leaves earlier results as they were.
 :meth:`OutputGuard.commit` drops the moved-aside copies once the run has succeeded.
+
+A publisher that writes into a database (the ``postgres`` publisher) keeps its transaction
+open and hands it to the guard (:meth:`OutputGuard.defer`): the guard commits it when the run
+succeeds, before it drops the moved-aside files, and rolls it back when the run fails. (Two
+databases are committed one after the other: if the second refuses, the first stays
+written; the files are then restored and the run fails.)
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import shutil
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Callable, Iterable
 
-from .errors import InputError, WorkflowError
+from .errors import InputError, RunError, WorkflowError
 
 
 def check_output_path(text: object, *, where: str, param: str = "path") -> None:
@@ -85,6 +91,23 @@ class OutputGuard:
         #: path -> where its earlier content was moved aside (see :meth:`rollback`)
         self.moved: dict[str, str] = {}
         self._aside: Path | None = None
+        #: transactions publishers left open (:meth:`defer`): (what, commit, rollback)
+        self.pending: list[tuple[str, Callable[[], None], Callable[[], None]]] = []
+        #: what those transactions write (``postgresql://...#schema.table``)
+        self.claimed: set[str] = set()
+
+    def defer(self, keys: Iterable[str], commit: Callable[[], None], rollback: Callable[[], None]) -> None:
+        """Commit a publisher's open transaction (a database's) with the run, or roll it back
+        with it. ``keys`` name what it writes (``postgresql://...#schema.table``): a later
+        step writing one of them is refused (InputError; a publisher checks :attr:`claimed`
+        before it writes, else it would wait on the first step's lock)."""
+        keys = list(keys)
+        taken = [k for k in keys if k in self.claimed]
+        if taken:
+            raise InputError(f"{taken[0]} is written by an earlier publish step of this run; give each step its own "
+                             "table")
+        self.claimed.update(keys)
+        self.pending.append((" and ".join(keys), commit, rollback))
 
     def resolve(self, text: str, *, check_existing: bool = True) -> Path:
         check_output_path(text, where="publish", param="path")
@@ -125,8 +148,15 @@ class OutputGuard:
         self.moved[key] = str(target)
 
     def rollback(self) -> list[str]:
-        """Undo this run's publishing (the run failed): remove every file or folder the publish
-        steps resolved, then move the earlier content back. Returns the paths restored."""
+        """Undo this run's publishing (the run failed): roll back the transactions publishers
+        left open, remove every file or folder the publish steps resolved, then move the earlier
+        content back. Returns the paths restored."""
+        pending, self.pending = self.pending, []
+        for _, _, undo in reversed(pending):
+            try:
+                undo()
+            except Exception:  # noqa: BLE001 - a lost connection rolls back on the server's side
+                pass
         for key in reversed(self.resolved):
             p = Path(key)
             if p.is_symlink() or p.is_file():
@@ -143,8 +173,22 @@ class OutputGuard:
         return restored
 
     def commit(self) -> None:
-        """The run succeeded: drop the earlier content moved aside (restoring any a publisher
-        resolved but did not write again)."""
+        """The run succeeded: commit the transactions publishers left open, then drop the
+        earlier content moved aside (restoring any a publisher resolved but did not write
+        again). A transaction that cannot be committed rolls back the rest and the files, and
+        raises RunError."""
+        committed: list[str] = []
+        while self.pending:
+            key, done, _ = self.pending.pop(0)
+            try:
+                done()
+            except Exception as exc:  # noqa: BLE001 - the database's reason, in one line
+                self.rollback()
+                kept = f"only {', '.join(committed)} had been committed" if committed else \
+                    "nothing of this run was published"
+                raise RunError(f"could not commit what was published to {key}: "
+                               f"{' '.join(str(exc).split())[:400]}; {kept}") from None
+            committed.append(key)
         for key, target in self.moved.items():
             if not (os.path.lexists(key)):
                 os.replace(target, key)
@@ -156,6 +200,7 @@ class OutputGuard:
         self._aside = None
         self.moved = {}
         self.resolved = []
+        self.claimed = set()
 
     def _prune_empty(self, folder: Path) -> None:
         """Remove folders left empty under the output folder (created for a file now removed)."""

@@ -358,6 +358,7 @@ class Runner:
                                      "notes": (rec.get("summary") or {}).get("notes", [])})
                 if (rec.get("summary") or {}).get("suppressed") is not None:
                     result.steps[-1]["suppressed"] = rec["summary"]["suppressed"]
+            guard.commit()  # a database publisher's transaction commits here (it may fail the run)
         except BaseException as exc:
             try:  # publish all or nothing: what this run wrote goes, earlier files come back
                 guard.rollback()
@@ -387,7 +388,6 @@ class Runner:
             raise exc
         finally:
             self._close_executor()
-        guard.commit()
         self.store.finish_run(run_id, "succeeded")
         result.status = "succeeded"
         result.metrics = self.store.metrics(run_id)
@@ -409,15 +409,22 @@ class Runner:
 
         if node.kind == "source":
             src = node.source
+            remote = src.format == "postgres"  # a server's table: its content is known once read, every run
             if src.in_memory:  # a table handed over in Python: its name and content hash, no path
                 digest = str(src.sha256)
                 origin = f"memory:{src.name}"
             else:
                 try:
-                    digest = file_sha256(src.path) if src.format != "duckdb" or src.path else ""
+                    digest = file_sha256(src.path) if not remote and (src.format != "duckdb" or src.path) else ""
                 except FileNotFoundError:
                     raise InputError(f"file not found: {src.path}", where=where) from None
-                origin = str(src.path or src.table)
+                origin = src.describe() if remote else str(src.path or src.table)
+            if remote:  # its sha256: the content hash of the records as read (anonflow.postgres)
+                try:
+                    art = self.store.load_source(src, run_id=run_id, file_hash="")
+                except InputError as exc:
+                    raise InputError(exc.message, where=spec.where(exc.where or "")) from None
+                digest = art.hash
             fingerprint = self._fingerprint(node, [digest, canonical_json(src.options), src.table], seed, spec.base_dir,
                                         rec["plugins"])
             if src.in_memory:
@@ -425,9 +432,11 @@ class Runner:
                            inputs=[{"name": origin, "sha256": digest}])
             else:
                 rec.update(params={"path": str(src.path), "table": src.table, **src.options}, fingerprint=fingerprint,
-                           inputs=[{"name": str(src.path), "sha256": digest}])
-            cached = self.store.cached_step(fingerprint) if use_cache and digest else None
-            if cached:
+                           inputs=[{"name": src.describe() if remote else str(src.path), "sha256": digest}])
+            cached = self.store.cached_step(fingerprint) if use_cache and digest and not remote else None
+            if remote:
+                rec["status"] = "succeeded"
+            elif cached:
                 art = self.store.artifact(cached["output_table"])
                 rec.update(status="cached", cached_from=cached["run_id"])
             else:

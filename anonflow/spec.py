@@ -25,8 +25,8 @@ RESOURCE_KEYS = ("memory", "threads", "temp_directory")
 MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
 STEP_KEYS = ("uses", "input", "with", "after", "description")
 SOURCE_KEYS = ("path", "table", "db", "format", "delimiter", "header", "quote", "na_values",
-               "types", "description", "sha256")
-FORMATS = ("csv", "parquet", "duckdb")
+               "types", "description", "sha256", "postgres", "query")
+FORMATS = ("csv", "parquet", "duckdb", "postgres")
 #: the format of an in-memory table (a DataFrame or Arrow table handed over in Python, see
 #: :mod:`anonflow.memtable`); a workflow file cannot hold one
 IN_MEMORY = "arrow"
@@ -35,7 +35,8 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """A named input table: a CSV or Parquet file, a table in a DuckDB database, or (format
+    """A named input table: a CSV or Parquet file, a table in a DuckDB database, a table or
+    query of a PostgreSQL database (``options``: ``postgres``, the URL; ``query``), or (format
     ``arrow``, from the Python API only) an in-memory Arrow table: ``data`` holds it and
     ``sha256`` its content hash (:func:`anonflow.memtable.arrow_sha256`), which the run
     records in place of a file's."""
@@ -55,6 +56,10 @@ class SourceSpec:
     def describe(self) -> str:
         if self.in_memory:
             return f"in-memory table {self.name} (sha256 {str(self.sha256)[:16]}...)"
+        if self.format == "postgres":
+            query = self.options.get("query")
+            what = f"table {self.table}" if query is None else f"query {' '.join(str(query).split())!r}"
+            return f"{what} of {self.options['postgres']}"
         if self.format == "duckdb":
             return f"table {self.table}" + (f" in {self.path}" if self.path else "")
         return str(self.path)
@@ -400,6 +405,8 @@ def _source(path: Path, base: Path, name: str, data: Any, tables: Mapping[str, A
     if not isinstance(data, Mapping):
         raise _err(path, "expected {path: FILE} or {table: NAME, db: FILE}", where)
     _check_keys(path, data, SOURCE_KEYS, where)
+    if data.get("postgres") is not None or data.get("format") == "postgres":
+        return _postgres_source(path, name, data, where)
     fmt = data.get("format")
     if fmt == IN_MEMORY or "sha256" in data:
         if fmt != IN_MEMORY or name not in tables:
@@ -430,6 +437,28 @@ def _source(path: Path, base: Path, name: str, data: Any, tables: Mapping[str, A
         na = options["na_values"]
         options["na_values"] = [na] if isinstance(na, str) else list(na)
     return SourceSpec(name=name, format=fmt, path=resolved, table=data.get("table"), options=options)
+
+
+def _postgres_source(path: Path, name: str, data: Mapping, where: str) -> SourceSpec:
+    """``{postgres: URL, table: NAME}`` or ``{postgres: URL, query: SELECT ...}`` (anonflow.postgres)."""
+    from .postgres import url_problem
+
+    extra = [k for k in data if k not in ("postgres", "table", "query", "format", "description")]
+    if extra:
+        raise _err(path, f"a postgres source takes postgres, table or query, and description; not {extra[0]!r}", where)
+    problem = url_problem(data.get("postgres"))
+    if problem is not None:  # never repeated: it may hold a password
+        raise _err(path, f"'postgres' {problem}", where)
+    table, query = data.get("table"), data.get("query")
+    if (table is None) == (query is None):
+        raise _err(path, "a postgres source needs 'table' (NAME or SCHEMA.NAME) or 'query' (a SELECT), not both", where)
+    for key, value in (("table", table), ("query", query)):
+        if value is not None and (not isinstance(value, str) or not value.strip() or "\0" in value):
+            raise _err(path, f"'{key}' must be a non-empty string, got {value!r}", where)
+    options: dict[str, Any] = {"postgres": data["postgres"]}
+    if query is not None:
+        options["query"] = query
+    return SourceSpec(name=name, format="postgres", table=table, options=options)
 
 
 def _step(path: Path, name: str, data: Any, index: int) -> StepSpec:

@@ -259,6 +259,8 @@ def _check_header(con: Any, src: SourceSpec, names: list[str]) -> None:
 def _no_records(src: SourceSpec) -> str:
     if src.in_memory:
         return f"the in-memory table {src.name!r} has no records"
+    if src.format == "postgres":
+        return f"{src.describe()} has no records"
     if src.format == "duckdb":
         return f"table {src.table!r}" + (f" in {src.path}" if src.path else "") + " has no records"
     if src.format == "csv":
@@ -343,6 +345,22 @@ def describe_source(src: SourceSpec) -> list[tuple[str, str]]:
             con.close()
     if src.format == "duckdb":
         return [(f.name, str(f.type)) for f in read_source(src).schema]
+    if src.format == "postgres":  # one record, for the columns and their types
+        from .postgres import SourceReader
+
+        try:
+            with SourceReader(src, limit=1) as pg:
+                first = pa.Table.from_batches(list(pg.batches()), pg.schema)
+        except InputError as exc:
+            raise InputError(exc.message, where=where) from None
+        _check_reserved(first.column_names, src)
+        if first.num_rows == 0:
+            raise InputError(_no_records(src), where=where)
+        con = _connect()
+        try:
+            return [(r[0], r[1]) for r in con.execute("DESCRIBE SELECT * FROM first").fetchall()]
+        finally:
+            con.close()
     _check_source_file(src)
     sql, params = _read_expr(src, whole=False)
     con = _connect()
@@ -919,6 +937,23 @@ class Store:
                     self.con.unregister("_af_incoming")
             finally:
                 con.close()
+            return {}
+        if src.format == "postgres":  # a server's table or query, streamed as Arrow batches (anonflow.postgres)
+            from .postgres import SourceReader
+
+            try:
+                with SourceReader(src) as pg:
+                    self.con.register("_af_incoming", pg.reader())
+                    try:
+                        self.con.execute(f"CREATE TABLE {ident(name)} AS SELECT * FROM _af_incoming")
+                    finally:
+                        self.con.unregister("_af_incoming")
+            except InputError as exc:
+                raise InputError(exc.message, where=where) from None
+            except duckdb.Error as exc:
+                if isinstance(exc, duckdb.OutOfMemoryException):
+                    raise
+                raise InputError(f"cannot read {src.describe()}: {_duck_message(exc)}", where=where) from None
             return {}
         _check_source_file(src)
         casts: dict[str, str] = {}

@@ -807,7 +807,8 @@ class Release(Publisher):
             rec["suppressed"] = summary["suppressed"]
             rec["suppression_limit"] = summary.get("suppression_limit")
         if s["kind"] == "publish":
-            rec["files"] = [{"path": os.path.relpath(o["path"], release_dir).replace(os.sep, "/"),
+            rec["files"] = [{"path": o["path"] if "://" in o["path"] else  # a database's table: its URL
+                             os.path.relpath(o["path"], release_dir).replace(os.sep, "/"),
                              "sha256": o["sha256"], "rows": o["rows"]}
                             for o in info.outputs if o["step"] == s["step"]]
         return plain(rec)

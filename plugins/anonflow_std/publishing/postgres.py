@@ -1,0 +1,165 @@
+"""The ``postgres`` publisher: the published table, or a lossy-join pair (a QI table and an SA
+table, as the ``lossy-join`` publisher makes them), written into a PostgreSQL schema.
+
+Everything a step writes goes in one transaction (through ADBC's PostgreSQL driver, which
+ingests Arrow with ``COPY``): the schema if missing, each table (``if_exists: replace`` drops
+the table of that name first), a comment on each table, then the commit. A failure at any
+point rolls it all back: no table is left half-written, and a table being replaced keeps its
+old content. In a run the commit waits for the run to succeed (``OutputGuard.defer``), like
+the files other publishers write, which are removed again if a later step fails; until then
+the new tables are invisible to others, and a replaced table is locked.
+
+The URL names no password (it is refused: PGPASSWORD or ``.pgpass``, see
+:mod:`anonflow.postgres`). Each table written is one :class:`Output`: ``path``
+``postgresql://user@host:port/database#schema.table``, ``sha256`` anonflow's content hash of
+the records written (:func:`anonflow.table.table_hash`, independent of their order) and rows.
+The publisher touches no table but those it is told to write.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from anonflow.api import InputError, Output, Param, Publisher, StepContext, TypedTable
+
+from .. import __version__
+from ..common import sensitive_column
+from ..lossyjoin.publisher import k_figures, k_sentence, split_tables
+
+#: how long the publisher waits for a lock on a table (another session using it) before failing
+LOCK_TIMEOUT = "30s"
+
+
+def _name(value: Any, param: str) -> str:
+    if not isinstance(value, str) or not value or len(value.encode()) > 63 or not value.isprintable():
+        raise InputError(f"postgres: {param} must be a PostgreSQL name (1 to 63 bytes, printable), got {value!r}")
+    return value
+
+
+class PostgresPublisher(Publisher):
+    name = "postgres"
+    version = __version__
+    outputs = ()  # it writes no file
+    description = ("Write the published table (or a lossy-join QI/SA pair) into a PostgreSQL schema, in one "
+                   "transaction committed with the run; the password from PGPASSWORD or .pgpass, never the workflow.")
+    params = (
+        Param("url", "str", help="postgresql://user@host:port/database, without a password (PGPASSWORD or .pgpass)"),
+        Param("schema", "str", default="public", help="the schema the tables are written into (created if missing)"),
+        Param("table", "str", default=None, nullable=True, help="the table to write the published records into"),
+        Param("qi_table", "str", default=None, nullable=True,
+              help="or, lossy-join style: the QI table (exact QI values + class id), with sa_table"),
+        Param("sa_table", "str", default=None, nullable=True,
+              help="and the SA table (class id, sensitive value, count), with qi_table"),
+        Param("if_exists", "str", default="fail", choices=("fail", "replace"),
+              help="a table of that name already there: fail, or drop it and write the new one (same transaction)"),
+        Param("class_column", "str", default="class_id", help="lossy-join: name of the class id column in both tables"),
+        Param("count_column", "str", default="count", help="lossy-join: name of the count column of the SA table"),
+        Param("sensitive", "str", default=None, nullable=True,
+              help="lossy-join: the sensitive attribute (default: the only one typed)"),
+    )
+
+    def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **_: Any) -> None:
+        from anonflow.postgres import check_url
+
+        check_url(params["url"], "postgres: 'url'")
+        _name(params["schema"], "schema")
+        pair = params["qi_table"] is not None or params["sa_table"] is not None
+        if pair == (params["table"] is not None):
+            raise InputError("postgres: give 'table', or 'qi_table' and 'sa_table' (a lossy-join pair), not both")
+        names = [params["table"]] if not pair else [params["qi_table"], params["sa_table"]]
+        if pair and None in names:
+            raise InputError("postgres: a lossy-join pair needs both 'qi_table' and 'sa_table'")
+        for param, value in zip(("table",) if not pair else ("qi_table", "sa_table"), names):
+            _name(value, param)
+        if pair and params["qi_table"] == params["sa_table"]:
+            raise InputError("postgres: qi_table and sa_table must differ")
+        if pair and params["class_column"] == params["count_column"]:
+            raise InputError("postgres: class_column and count_column must differ")
+
+    def tables(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[tuple[str, pa.Table, str]]:
+        """(table name, records, comment) of each table to write."""
+        if params["table"] is not None:
+            data = table.data.replace_schema_metadata(None)
+            comment = json.dumps({"anonflow.typing": json.loads(table.typing.dumps())}, sort_keys=True)
+            return [(params["table"], data, comment)]
+        s = sensitive_column(table, params["sensitive"], self.name)
+        qi, sa = split_tables(table, s, ctx.sql, params["class_column"], params["count_column"])
+        ks = k_figures(qi, table.typing.quasi, params["class_column"], ctx.sql)
+        ctx.note(f"postgres (lossy-join): {qi.num_rows} QI rows, {sa.num_rows} (class, {s}) counts in "
+                 f"{pc.count_distinct(qi.column(params['class_column'])).as_py()} classes; " + k_sentence(ks))
+        meta = {"class_column": params["class_column"], "sensitive": s, "count_column": params["count_column"]}
+        return [(params["qi_table"], qi, json.dumps({"anonflow.lossy-join": {**meta, "role": "qi",
+                                                                             "partner": params["sa_table"]}})),
+                (params["sa_table"], sa, json.dumps({"anonflow.lossy-join": {**meta, "role": "sa",
+                                                                             "partner": params["qi_table"]}}))]
+
+    def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[Output]:
+        from anonflow.postgres import connect, display, message, quote_ident
+        from anonflow.table import table_hash
+
+        self.check(params)
+        url, schema = params["url"], params["schema"]
+        todo = self.tables(table, params, ctx)
+        where = f"postgresql://{display(url)}"
+        guard = ctx.output_guard
+        keys = [f"{where}#{schema}.{name}" for name, _, _ in todo]
+        for key in keys:
+            if guard is not None and key in getattr(guard, "claimed", ()):
+                raise InputError(f"postgres: {key} is written by an earlier publish step of this run; give each "
+                                 "step its own table")
+        con = connect(url, autocommit=False)
+        outputs: list[Output] = []
+        try:
+            cur = con.cursor()
+            try:
+                cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+                cur.execute("SELECT to_regnamespace($1) IS NULL", parameters=(quote_ident(schema),))
+                if cur.fetchone()[0]:
+                    cur.execute(f"CREATE SCHEMA {quote_ident(schema)}")
+                for (name, data, comment), key in zip(todo, keys):
+                    full = f"{quote_ident(schema)}.{quote_ident(name)}"
+                    cur.execute("SELECT to_regclass($1) IS NOT NULL", parameters=(full,))
+                    if cur.fetchone()[0]:
+                        if params["if_exists"] != "replace":
+                            raise InputError(f"postgres: table {schema}.{name} exists in {display(url)}; anonflow "
+                                             "does not write over it unless told to (if_exists: replace)")
+                        cur.execute(f"DROP TABLE {full}")  # no CASCADE: a view on it fails the step
+                    cur.adbc_ingest(name, data, mode="create", db_schema_name=schema)
+                    cur.execute(f"COMMENT ON TABLE {full} IS 'anonflow: {comment.replace(chr(39), chr(39) * 2)}'")
+                    outputs.append(Output(key, table_hash(data), data.num_rows))
+            finally:
+                cur.close()
+        except BaseException as exc:
+            _rollback(con)
+            if isinstance(exc, InputError) or not isinstance(exc, Exception):
+                raise
+            raise InputError(f"postgres: writing into {display(url)} failed, nothing was written: "
+                             f"{message(exc)}") from None
+        if guard is not None and hasattr(guard, "defer"):  # committed with the run, or rolled back with it
+            guard.defer(keys, lambda: _commit(con), lambda: _rollback(con))
+        else:
+            _commit(con)
+        ctx.note(f"postgres: {', '.join(f'{schema}.{n} ({d.num_rows} rows)' for n, d, _ in todo)} written into "
+                 f"{display(url)}" + (", committed when the run succeeds" if guard is not None else ""))
+        return outputs
+
+
+def _commit(con: Any) -> None:
+    try:
+        con.commit()
+    finally:
+        con.close()
+
+
+def _rollback(con: Any) -> None:
+    try:
+        con.rollback()
+    finally:
+        con.close()
+
+
+PLUGINS = [PostgresPublisher()]
