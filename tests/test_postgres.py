@@ -104,8 +104,9 @@ def adult_pg(pg):
 # -- workflows --------------------------------------------------------------------------
 
 def workflow(folder: Path, source: str, publish: str = "{publisher: csv, path: adult-k5.csv}",
-             name: str = "wf.yaml", extra: str = "") -> Path:
-    """A k-anonymity lattice over four of Adult's quasi-identifiers, from ``source``."""
+             name: str = "wf.yaml", extra: str = "", arx: str = str(ARX)) -> Path:
+    """A k-anonymity lattice over four of Adult's quasi-identifiers, from ``source`` (the
+    hierarchy files in folder ``arx``)."""
     text = textwrap.dedent("""\
         name: pg-adult
         seed: 11
@@ -135,7 +136,7 @@ def workflow(folder: Path, source: str, publish: str = "{publisher: csv, path: a
             uses: publish
             input: anon
             with: PUBLISH
-        """).replace("SOURCE", source).replace("PUBLISH", publish).replace("ARX", str(ARX)) + extra
+        """).replace("SOURCE", source).replace("PUBLISH", publish).replace("ARX", arx) + extra
     path = folder / name
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -462,3 +463,121 @@ def test_lossy_join_pair_as_two_tables(pgenv, adult_pg, tmp_path):
     assert "alpha-k-gca" in cli("lineage", paths[0], "--db", tmp_path / "s.duckdb")  # lineage by the table's URL
     comment = sql(pgenv, "SELECT obj_description('lj.adult_qi'::regclass) AS c", fetch=True).column("c")[0].as_py()
     assert json.loads(comment.removeprefix("anonflow: "))["anonflow.lossy-join"]["partner"] == "adult_sa"
+
+
+# -- verify ------------------------------------------------------------------------------
+
+def verify(release: Path, *args: str) -> tuple[int, str]:
+    from anonflow.cli import main
+
+    plugins.set_registry(None)
+    res = CliRunner().invoke(main, ["verify", str(release), *args], catch_exceptions=False)
+    return res.exit_code, res.output
+
+
+def release_workflow(folder: Path, url: str, table: str) -> Path:
+    """The lattice workflow from ``table`` of ``url``, released, its hierarchy files copied into
+    its folder (a release's re-run reads only files inside the workflow's folder)."""
+    import shutil
+
+    (folder / "h").mkdir(parents=True, exist_ok=True)
+    for f in ARX.glob("adult_hierarchy_*.csv"):
+        shutil.copy(f, folder / "h" / f.name)
+    return workflow(folder, f"{{postgres: '{url}', table: {table}}}", publish="{publisher: release, path: rel}",
+                    arx="h")
+
+
+def test_verify_rerun_reads_the_source_again(pgenv, adult_pg, tmp_path):
+    """A release from a postgres source: verify checks it; --rerun reads the table from the
+    server again, compares its content hash with the recorded one, and reproduces the release
+    byte for byte; a changed table is named, and so is a missing one."""
+    sql(pgenv, "DROP TABLE IF EXISTS public.adult_v", "CREATE TABLE public.adult_v AS TABLE public.adult")
+    run(release_workflow(tmp_path, pgenv.url(), "adult_v"), tmp_path)
+    rel = tmp_path / "out" / "rel"
+    manifest = json.loads((rel / "manifest.json").read_text())
+    [src] = manifest["sources"]
+    assert src["format"] == "postgres" and src["path"] is None
+    assert src["options"] == {"postgres": pgenv.url()} and src["table"] == "adult_v"
+    assert src["rows"] == 30162 and len(src["sha256"]) == 64
+
+    code, text = verify(rel)
+    assert code == 0, text
+    code, text = verify(rel, "--rerun", "--json")
+    assert code == 0, text
+    report = json.loads(text)
+    assert report["rerun"]["verdict"] == "identical"
+    [finding] = [x for x in report["findings"] if x["what"] == "source adult"]
+    assert finding["ok"] and f"table adult_v of {pgenv.url()} matches its recorded content sha256" in finding["detail"]
+    assert pgserver.PASSWORD not in text
+
+    # one record changed on the server: the re-run names the source, and runs nothing
+    sql(pgenv, "UPDATE public.adult_v SET age = age + 1 WHERE ctid = (SELECT min(ctid) FROM public.adult_v)")
+    code, text = verify(rel, "--rerun")
+    assert code != 0
+    line = next(ln for ln in text.splitlines() if "source adult" in ln)
+    assert line.startswith("FAIL") and f"table adult_v of {pgenv.url()} has changed" in line
+    assert src["sha256"][:16] in line and "sources[0].sha256" in line
+    assert "not attempted" in text
+
+    # the table is gone: one line naming it, no traceback
+    sql(pgenv, "DROP TABLE public.adult_v")
+    code, text = verify(rel, "--rerun")
+    line = next(ln for ln in text.splitlines() if "source adult" in ln)
+    assert code != 0 and "Traceback" not in text and "cannot be read" in line and "adult_v" in line
+
+
+def test_verify_rerun_without_the_server(adult_pg, monkeypatch, tmp_path):
+    """The server that held the source is gone: verify (without --rerun) still passes, and
+    --rerun says in one line that it cannot connect."""
+    monkeypatch.setenv("PGPASSWORD", pgserver.PASSWORD)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "no-pgpass"))
+    other = pgserver.start()
+    try:
+        from adbc_driver_postgresql import dbapi
+
+        with dbapi.connect(other.socket_url()) as con:
+            cur = con.cursor()
+            cur.adbc_ingest("adult", adult_pg, mode="create", db_schema_name="public")
+            con.commit()
+            cur.close()
+        run(release_workflow(tmp_path, other.url(), "adult"), tmp_path)
+    finally:
+        other.stop()
+    rel = tmp_path / "out" / "rel"
+    code, text = verify(rel)
+    assert code == 0, text
+    code, text = verify(rel, "--rerun")
+    assert code != 0 and "Traceback" not in text
+    [line] = [ln for ln in text.splitlines() if "source adult" in ln]
+    assert f"cannot connect to {display(other.url())}" in line
+    assert "not attempted: a PostgreSQL source cannot be read from its server" in text
+
+
+def test_typed_table_round_trip(pgenv, adult_pg, from_csv, tmp_path):
+    """Adult in PostgreSQL with its own column types (age INTEGER, the rest TEXT; a key n, the
+    file position, read with ORDER BY n: a table's physical order is not defined): the
+    published CSV is the CSV-source run's byte for byte, and the table the publisher writes
+    back holds what that file holds."""
+    cols = ", ".join(f'"{c}" {"INTEGER" if c == "age" else "TEXT"}' for c in adult_pg.column_names)
+    names = ", ".join(f'"{c}"' for c in adult_pg.column_names)
+    sql(pgenv, "DROP TABLE IF EXISTS public.adult_typed",
+        f"CREATE TABLE public.adult_typed (n INTEGER PRIMARY KEY, {cols})",
+        f"INSERT INTO public.adult_typed SELECT n, {names} FROM public.adult_shuffled")
+    back = textwrap.indent(textwrap.dedent(f"""\
+          back:
+            uses: publish
+            input: anon
+            with: {{publisher: postgres, url: '{pgenv.url()}', schema: typed, table: adult_k5, if_exists: replace}}
+        """), "  ")
+    query = f"SELECT {names} FROM public.adult_typed ORDER BY n"
+    run(workflow(tmp_path, f"{{postgres: '{pgenv.url()}', query: '{query}'}}", extra=back), tmp_path)
+    read = stored(tmp_path / "s.duckdb")
+    assert read.schema.field("age").type == pa.int32()
+    expect = stored(from_csv / "s.duckdb")
+    assert read.cast(expect.schema).equals(expect)
+    assert (tmp_path / "out" / "adult-k5.csv").read_bytes() == (from_csv / "out" / "adult-k5.csv").read_bytes()
+    written = published(pgenv, "typed.adult_k5")
+    from_file = csv_table(from_csv / "out" / "adult-k5.csv")
+    assert written.column_names == from_file.column_names
+    assert written.sort_by([(c, "ascending") for c in written.column_names]).equals(
+        from_file.cast(written.schema.remove_metadata()).sort_by([(c, "ascending") for c in written.column_names]))

@@ -9,6 +9,10 @@ old content. In a run the commit waits for the run to succeed (``OutputGuard.def
 the files other publishers write, which are removed again if a later step fails; until then
 the new tables are invisible to others, and a replaced table is locked.
 
+A table of the store (the published view) is never loaded whole: it is streamed to the
+server in batches, sorted by every column, and hashed as it passes (:class:`Streamed`). The
+lossy-join pair, and a table with nested columns, are written from memory.
+
 The URL names no password (it is refused: PGPASSWORD or ``.pgpass``, see
 :mod:`anonflow.postgres`). Each table written is one :class:`Output`: ``path``
 ``postgresql://user@host:port/database#schema.table``, ``sha256`` anonflow's content hash of
@@ -32,6 +36,9 @@ from ..lossyjoin.publisher import k_figures, k_sentence, split_tables
 
 #: how long the publisher waits for a lock on a table (another session using it) before failing
 LOCK_TIMEOUT = "30s"
+#: records per batch streamed from the store to the server (a table in the store is never
+#: loaded whole: see :func:`stream`)
+BATCH_ROWS = 65_536
 
 
 def _name(value: Any, param: str) -> str:
@@ -80,11 +87,13 @@ class PostgresPublisher(Publisher):
         if pair and params["class_column"] == params["count_column"]:
             raise InputError("postgres: class_column and count_column must differ")
 
-    def tables(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[tuple[str, pa.Table, str]]:
-        """(table name, records, comment) of each table to write."""
+    def tables(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[tuple[str, Any, str]]:
+        """(table name, records, comment) of each table to write; the records an Arrow table, or
+        a :class:`Streamed` table of the store."""
         if params["table"] is not None:
-            data = table.data.replace_schema_metadata(None)
             comment = json.dumps({"anonflow.typing": json.loads(table.typing.dumps())}, sort_keys=True)
+            streamed = Streamed.of(table, ctx)
+            data = streamed if streamed is not None else table.data.replace_schema_metadata(None)
             return [(params["table"], data, comment)]
         s = sensitive_column(table, params["sensitive"], self.name)
         qi, sa = split_tables(table, s, ctx.sql, params["class_column"], params["count_column"])
@@ -128,9 +137,14 @@ class PostgresPublisher(Publisher):
                             raise InputError(f"postgres: table {schema}.{name} exists in {display(url)}; anonflow "
                                              "does not write over it unless told to (if_exists: replace)")
                         cur.execute(f"DROP TABLE {full}")  # no CASCADE: a view on it fails the step
-                    cur.adbc_ingest(name, data, mode="create", db_schema_name=schema)
+                    if isinstance(data, Streamed):  # batch by batch from the store, hashed as they pass
+                        cur.adbc_ingest(name, data.reader(), mode="create", db_schema_name=schema)
+                        digest = data.hexdigest()
+                    else:
+                        cur.adbc_ingest(name, data, mode="create", db_schema_name=schema)
+                        digest = table_hash(data)
                     cur.execute(f"COMMENT ON TABLE {full} IS 'anonflow: {comment.replace(chr(39), chr(39) * 2)}'")
-                    outputs.append(Output(key, table_hash(data), data.num_rows))
+                    outputs.append(Output(key, digest, data.num_rows))
             finally:
                 cur.close()
         except BaseException as exc:
@@ -139,6 +153,10 @@ class PostgresPublisher(Publisher):
                 raise
             raise InputError(f"postgres: writing into {display(url)} failed, nothing was written: "
                              f"{message(exc)}") from None
+        finally:
+            for _, data, _ in todo:
+                if isinstance(data, Streamed):
+                    data.close()
         if guard is not None and hasattr(guard, "defer"):  # committed with the run, or rolled back with it
             guard.defer(keys, lambda: _commit(con), lambda: _rollback(con))
         else:
@@ -146,6 +164,50 @@ class PostgresPublisher(Publisher):
         ctx.note(f"postgres: {', '.join(f'{schema}.{n} ({d.num_rows} rows)' for n, d, _ in todo)} written into "
                  f"{display(url)}" + (", committed when the run succeeds" if guard is not None else ""))
         return outputs
+
+
+class Streamed:
+    """A stored table (the published view) read in batches of :data:`BATCH_ROWS` records and
+    never whole: the records are first written, sorted in canonical order (by every column,
+    as :func:`anonflow.table.canonical` sorts them), to a scratch table of the store; the
+    batches are read from it in that order and hashed as they pass (:class:`TableHasher`), so
+    :meth:`hexdigest` is :func:`anonflow.table.table_hash` of the whole table without holding
+    it. The server receives the records in that order."""
+
+    def __init__(self, table: TypedTable, ctx: StepContext) -> None:
+        from anonflow.api import sql_ident
+        from anonflow.table import TableHasher
+
+        order = ", ".join(f"{sql_ident(c)} ASC NULLS LAST" for c in table.columns)
+        self.ctx = ctx
+        self.sorted = ctx.derive(f"SELECT * FROM t ORDER BY {order}", t=table)
+        self.num_rows = table.num_rows
+        self.schema = ctx.sql("SELECT * FROM s LIMIT 0", s=self.sorted).schema.remove_metadata()
+        self.hasher = TableHasher()
+
+    @classmethod
+    def of(cls, table: TypedTable, ctx: StepContext) -> "Streamed | None":
+        """The table streamed, when it is in the store and holds no nested column (else None:
+        it is loaded)."""
+        if table.loaded or ctx.derive is None or any(pa.types.is_nested(f.type) for f in table.schema):
+            return None
+        return cls(table, ctx)
+
+    def batches(self):
+        for start in range(0, self.num_rows, BATCH_ROWS):
+            chunk = self.ctx.sql(f"SELECT * FROM s LIMIT {BATCH_ROWS} OFFSET {start}", s=self.sorted)
+            for batch in chunk.replace_schema_metadata(None).to_batches():
+                self.hasher.update(batch)
+                yield batch
+
+    def reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.schema, self.batches())
+
+    def hexdigest(self) -> str:
+        return self.hasher.hexdigest(self.schema)
+
+    def close(self) -> None:
+        self.ctx.discard(self.sorted)
 
 
 def _commit(con: Any) -> None:

@@ -666,6 +666,8 @@ def recorded_files(manifest: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any
     for s in manifest.get("sources") or []:
         if s.get("path") is None and s.get("format") == "duckdb":
             continue  # a table of the store: only the store given with --db can hold it
+        if s.get("format") == "postgres":
+            continue  # a server's table or query: read again and hashed by _check_postgres_sources
         accept(s.get("path"), s.get("sha256"), f"source {s.get('name')}", source=True)
     for st in manifest.get("steps") or []:
         params = st.get("params") or {}
@@ -971,6 +973,11 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
                 continue
             if src.format != rec.get("format"):
                 reasons.append(f"source {name} is {src.format} in the workflow, {rec.get('format')} in the manifest")
+            if src.format == "postgres":  # the same server, table or query as recorded
+                if rec.get("path") is not None or rec.get("table") != src.table or rec.get("options") != src.options:
+                    reasons.append(f"source {name} reads {src.describe()} in the workflow, but the manifest records "
+                                   "another connection, table or query")
+                continue
             if src.path is None:
                 if rec.get("path") is not None:
                     reasons.append(f"source {name} names no file in the workflow; the manifest records {rec['path']}")
@@ -1058,8 +1065,11 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
                 f.add(True, info["what"], f"{label if info.get('outside') else rel} matches its recorded sha256")
                 if info.get("outside"):
                     copies[rel] = dst
-        if changed:
+        differ, unread = _check_postgres_sources(spec, manifest, tmp, f)
+        if changed or differ:
             return refuse("a source or a file the workflow reads differs from the one recorded")
+        if unread:
+            return refuse("a PostgreSQL source cannot be read from its server")
         # the workflow names those sources outside its folder: it reads the hash-pinned copies
         spec = dataclasses.replace(spec, sources={
             name: (dataclasses.replace(src, path=copies[recorded[name]["path"]])
@@ -1099,6 +1109,48 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+
+
+def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f: Findings) -> tuple[bool, bool]:
+    """Read each PostgreSQL source of the workflow from its server again (the URL the manifest
+    records, which holds no password: libpq takes it from PGPASSWORD or .pgpass) into a
+    scratch store, and compare its content hash with the recorded ``sha256``; a finding per
+    source. Returns (one differs, one cannot be read): the re-run is then not attempted. The
+    re-run reads it once more: a table changed in between shows as a difference of the
+    re-run's manifest."""
+    from anonflow.errors import AnonflowError
+    from anonflow.store import Store
+
+    pg = {name: src for name, src in spec.sources.items() if src.format == "postgres"}
+    if not pg:
+        return False, False
+    changed = unread = False
+    recorded = manifest.get("sources") or []
+    with Store(tmp / "postgres-sources.duckdb") as store:
+        for name, src in sorted(pg.items()):
+            idx = next((i for i, s in enumerate(recorded) if isinstance(s, Mapping) and s.get("name") == name), None)
+            rec = recorded[idx] if idx is not None else {}
+            what, label = f"source {name}", src.describe()
+            try:
+                art = store.load_source(src, run_id="verify", file_hash="")
+            except AnonflowError as exc:
+                f.add(False, what, f"{label} cannot be read: {getattr(exc, 'message', exc)}")
+                unread = True
+                continue
+            except Exception as exc:  # noqa: BLE001 - never a traceback for someone else's release
+                f.add(False, what, f"{label} cannot be read: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+                unread = True
+                continue
+            if art.hash != rec.get("sha256"):
+                rows = f", {art.rows} records (the manifest records {rec.get('rows')})" if art.rows != rec.get("rows") \
+                    else ""
+                f.add(False, what, f"{label} has changed: content sha256 {_short(art.hash)}{rows}, but the manifest "
+                                   f"records {_short(rec.get('sha256'))} (sources[{idx}].sha256)")
+                changed = True
+            else:
+                f.add(True, what, f"{label} matches its recorded content sha256 ({art.rows} records, read again from "
+                                  "the server)")
+    return changed, unread
 
 
 # -- comparing a re-run with the release -------------------------------------------------------
