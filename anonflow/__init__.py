@@ -15,6 +15,8 @@ __version__ = "0.1.0"
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it so)
 if TYPE_CHECKING:
+    from typing import Any
+
     from .workflow_api import Anonymized, Result, Workflow, anonymize, load
 
 _LAZY = {"load": "workflow_api", "Workflow": "workflow_api", "Result": "workflow_api",

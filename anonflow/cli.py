@@ -470,18 +470,34 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
     import stat as _stat
 
     name = "release"  # which publisher verifies: named by the manifest, read only if it is a regular file
+    in_memory: list[str] = []  # sources given in Python (anonflow.Workflow / run(sources=...)): no file to re-run
     try:
         if _stat.S_ISREG(os.lstat(release / "manifest.json").st_mode):
             fd = os.open(release / "manifest.json", os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
             with os.fdopen(fd, encoding="utf-8") as fh:
-                name = (_json.loads(fh.read()).get("publisher") or {}).get("name", "release")
+                recorded = _json.loads(fh.read())
+            name = (recorded.get("publisher") or {}).get("name", "release")
+            in_memory = [str(s.get("name")) for s in recorded.get("sources") or []
+                         if isinstance(s, dict) and s.get("format") == "arrow"]
     except (OSError, ValueError, AttributeError, RecursionError):
-        name = "release"
+        name, in_memory = "release", []
     if not release.is_dir():
         raise InputError(f"{release} is not a directory (expected a release directory)")
     publisher = _release_publisher(name)
+    refused = rerun and bool(in_memory)
+    if refused:  # the checks that need no re-run still run; the re-run is refused in one line
+        rerun = False
     result = (publisher.verify(release, rerun=rerun, db=db, sources=sources, key=key) if key is not None else
               publisher.verify(release, rerun=rerun, db=db, sources=sources))
+    if refused:
+        what = ", ".join(repr(n) for n in in_memory)
+        were = f"sources {what} were in-memory tables" if len(in_memory) > 1 else f"source {what} was an in-memory table"
+        result["findings"].append({"ok": False, "what": "re-run", "detail": (
+            f"not attempted: {were} given in Python (recorded by its content hash only), which neither the release nor "
+            "--sources DIR can supply; 'anonflow verify' without --rerun checks the release's files, hashes and "
+            "privacy claims, and re-running the workflow in Python on the same table reproduces it")})
+        result["ok"] = False
+        result["rerun"] = {"verdict": "not-attempted"}
     if as_json:
         _echo_json(result)
     else:

@@ -264,6 +264,12 @@ def _set_path(path: Path, params: dict[str, Any], step: str, param: str, value: 
 def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | None = None) -> WorkflowSpec:
     """Read and structurally validate a workflow file; apply ``--set`` and ``--seed``."""
     path = Path(path)
+    text, data = read_workflow(path)
+    return workflow_from_data(data, path, text, overrides, seed)
+
+
+def read_workflow(path: Path) -> tuple[str, Any]:
+    """A workflow file's text and its parsed YAML (not validated), with the CLI's errors."""
     if not path.exists():
         raise WorkflowError(f"workflow file not found: {path}")
     if not path.is_file():  # a folder, device (/dev/zero never ends) or FIFO (blocks)
@@ -275,8 +281,7 @@ def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | N
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkflowError(f"cannot read workflow file {path}: {exc}") from None
-    data = _parse(path, text)
-    return workflow_from_data(data, path, text, overrides, seed)
+    return text, _parse(path, text)
 
 
 def _parse(path: Path, text: str) -> Any:
@@ -411,7 +416,8 @@ def _source(path: Path, base: Path, name: str, data: Any, tables: Mapping[str, A
     if fmt == IN_MEMORY or "sha256" in data:
         if fmt != IN_MEMORY or name not in tables:
             raise _err(path, f"an in-memory table (format {IN_MEMORY}, sha256) is given in Python, not in a workflow "
-                             "file: pass the DataFrame or Arrow table to anonflow.Workflow", where)
+                             "file: pass the DataFrame or Arrow table in Python (anonflow.Workflow, or "
+                             "run(sources={NAME: table}) on a loaded workflow)", where)
         return SourceSpec(name=name, format=IN_MEMORY, data=tables[name], sha256=str(data.get("sha256")))
     file = data.get("path") if data.get("path") is not None else data.get("db")
     resolved = (base / str(file)).resolve() if file is not None else None

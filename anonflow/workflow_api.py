@@ -5,12 +5,14 @@ the one-call form for a notebook. ``docs/api.md`` is its guide.
 
 This is the API for *using* anonflow; :mod:`anonflow.api` is the one for writing plugins.
 
-* :func:`load` reads a workflow file into a :class:`Workflow`; ``Workflow(...)`` and
+* :func:`load` reads a workflow file into a :class:`Workflow` (``sources=`` puts in-memory
+  tables in place of some of its sources, as :meth:`Workflow.run` can); ``Workflow(...)`` and
   :meth:`Workflow.from_dict` build one in code, whose sources may be in-memory tables (pandas
   or polars DataFrames, Arrow tables: :mod:`anonflow.memtable`).
 * :meth:`Workflow.run` returns a :class:`Result` (``run_id``, ``metrics``, ``outputs``,
-  ``steps``, and each step's table as Arrow, :meth:`Result.table`); :meth:`Workflow.plan`
-  returns what ``anonflow plan --json`` prints.
+  ``steps``, and each step's table as Arrow, :meth:`Result.table`), with the CLI's run
+  options (``executor``, ``memory``, ``threads``, ``temp_dir``, ``work_dir``, ``progress``);
+  :meth:`Workflow.plan` returns what ``anonflow plan --json`` prints.
 * Errors are the engine's (:mod:`anonflow.errors`), with the messages the CLI prints.
 
 The store: a run records itself in a DuckDB store, ``db``. The CLI's default is the file
@@ -41,19 +43,27 @@ __all__ = ["Anonymized", "Result", "Workflow", "anonymize", "load"]
 PathLike = Union[str, "os.PathLike[str]"]
 #: ``set=``: ``{"grouped.k": 10}`` or ``["grouped.k=10"]`` (the CLI's ``--set`` text)
 Overrides = Union[Mapping[str, Any], Iterable[str], None]
+#: ``sources=``: source name -> an in-memory table (a pandas or polars DataFrame, an Arrow table)
+Sources = Union[Mapping[str, Any], None]
 #: the API's default store: in memory, open as long as the run's :class:`Result`
 DEFAULT_DB = ":memory:"
 
 _WORKFLOW_KEYS = ("name", "description", "seed", "resources", "executor", "sources", "steps")
 
 
-def load(path: PathLike) -> "Workflow":
+def load(path: PathLike, *, sources: Sources = None) -> "Workflow":
     """The workflow file at ``path`` as a :class:`Workflow`; it is validated as ``anonflow plan
     --no-preview`` does (raises :class:`~anonflow.errors.WorkflowError` /
     :class:`~anonflow.errors.InputError` with the CLI's message), and read again at each
-    :meth:`~Workflow.run`, as the CLI would."""
+    :meth:`~Workflow.run`, as the CLI would.
+
+    ``sources``: in-memory tables (pandas or polars DataFrames, Arrow tables) read in place of
+    some of the file's sources, by name, at every run (``{"census": df}``); see
+    :meth:`Workflow.run`'s ``sources``."""
     wf = Workflow.__new__(Workflow)
     wf._init(path=Path(path))
+    if sources is not None:
+        wf._tables, wf._hashes = wf._memory_sources(sources)
     wf.spec()  # fail now on a broken file
     return wf
 
@@ -238,44 +248,104 @@ class Workflow:
         """The workflow as a mapping shaped like its file (in-memory sources as their Arrow
         tables); :meth:`from_dict` takes it back."""
         if self._path is not None:
-            from .spec import load_yaml
+            from .spec import read_workflow
 
-            return dict(load_yaml(self._path.read_text(encoding="utf-8")))
+            data = read_workflow(self._path)[1]
+            if not isinstance(data, Mapping):
+                raise WorkflowError("expected a mapping with keys name, seed, sources, steps", where=str(self._path))
+            out = dict(data)
+            if self._tables and isinstance(out.get("sources"), Mapping):
+                out["sources"] = {**out["sources"], **self._tables}
+            return out
         out = dict(self._data)
         out["sources"] = dict(self._data["sources"])
         out["steps"] = {k: dict(v) for k, v in self._data["steps"].items()}
         return out
 
-    def text(self) -> str:
-        """The workflow file's text, or for a workflow built in code the YAML the run records
-        (an in-memory source written ``{format: arrow, sha256: ...}``)."""
-        if self._path is not None:
-            return self._path.read_text(encoding="utf-8")
+    def text(self, *, sources: Sources = None) -> str:
+        """The workflow text a run records: a workflow file's text, or the YAML of the
+        workflow with each in-memory source written ``{format: arrow, sha256: ...}`` -- for a
+        workflow built in code, and for a file whose sources are replaced by in-memory tables
+        (``load(path, sources=...)``, or ``sources`` here as :meth:`run` takes it; the file is
+        then written again as YAML: its comments and layout are not kept)."""
+        return self._text(*self._memory_sources(sources, self._tables, self._hashes))
+
+    def _text(self, tables: Mapping[str, Any], hashes: Mapping[str, str]) -> str:
         import yaml
 
+        def memory(name: str, source: Any) -> Any:
+            return {"format": "arrow", "sha256": hashes[name]} if name in tables else source
+
+        if self._path is not None:
+            from .spec import read_workflow
+
+            text, data = read_workflow(self._path)
+            if not tables or not isinstance(data, Mapping) or not isinstance(data.get("sources"), Mapping):
+                return text
+            data = {**data, "sources": {n: memory(str(n), s) for n, s in data["sources"].items()}}
+            return str(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100))
         data = dict(self._data)
-        data["sources"] = {n: ({"format": "arrow", "sha256": self._hashes[n]} if n in self._tables else s)
-                           for n, s in self._data["sources"].items()}
+        data["sources"] = {n: memory(n, s) for n, s in self._data["sources"].items()}
         ordered = {k: data[k] for k in _WORKFLOW_KEYS if k in data}
-        return yaml.safe_dump(_plain(ordered, self._where), sort_keys=False, allow_unicode=True, width=100)
+        return str(yaml.safe_dump(_plain(ordered, self._where), sort_keys=False, allow_unicode=True, width=100))
+
+    def _source_names(self) -> list[str]:
+        if self._path is None:
+            return list(self._data["sources"])
+        from .spec import read_workflow
+
+        data = read_workflow(self._path)[1]
+        sources = data.get("sources") if isinstance(data, Mapping) else None
+        return [str(n) for n in sources] if isinstance(sources, Mapping) else []
+
+    def _memory_sources(self, given: Sources, tables: Mapping[str, Any] | None = None,
+                        hashes: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+        """``tables`` and ``hashes`` with the in-memory tables ``given`` (source name -> table)
+        converted to Arrow and hashed; each name must be one of the workflow's sources."""
+        from .memtable import arrow_sha256, is_table, to_arrow
+
+        out_tables, out_hashes = dict(tables or {}), dict(hashes or {})
+        if given is None:
+            return out_tables, out_hashes
+        if not isinstance(given, Mapping):
+            raise InputError(f"sources= expects a mapping of source name -> DataFrame or Arrow table, got "
+                             f"{type(given).__name__}", where=self._where)
+        names = self._source_names() if given else []
+        for name, value in given.items():
+            name = str(name)
+            where = f"{self._where}: source {name!r}"
+            if name not in names:
+                from .params import suggest
+
+                raise WorkflowError(f"sources=: the workflow has no source {name!r}{suggest(name, names)}; its "
+                                    f"sources: {', '.join(names) or 'none'}", where=self._where)
+            if not is_table(value):
+                raise InputError(f"sources= takes in-memory tables (a pandas or polars DataFrame, an Arrow table), "
+                                 f"got {type(value).__name__}; a file source is named in the workflow", where=where)
+            table = to_arrow(value, where=where)
+            out_tables[name], out_hashes[name] = table, arrow_sha256(table)
+        return out_tables, out_hashes
 
     def source_hashes(self) -> dict[str, str]:
         """The content hash (:func:`anonflow.memtable.arrow_sha256`) of each in-memory source."""
         return dict(self._hashes)
 
-    def spec(self, *, set: Overrides = None, seed: int | None = None) -> "WorkflowSpec":
-        """The validated :class:`~anonflow.spec.WorkflowSpec` (``set=`` and ``seed=`` applied),
-        as ``load_workflow`` gives the CLI."""
+    def spec(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None) -> "WorkflowSpec":
+        """The validated :class:`~anonflow.spec.WorkflowSpec` (``set=``, ``seed=`` and
+        ``sources=`` applied), as ``load_workflow`` gives the CLI."""
         from .spec import MAX_SEED, load_workflow, load_yaml, workflow_from_data
 
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
             raise WorkflowError(f"seed must be an integer from 0 to {MAX_SEED} (2^63 - 1), got {seed!r}")
         overrides = _overrides(set)
-        if self._path is not None:
+        tables, hashes = self._memory_sources(sources, self._tables, self._hashes)
+        if self._path is not None and not tables:
             return load_workflow(self._path, overrides, seed)
-        text = self.text()
+        text = self._text(tables, hashes)
+        if self._path is not None:  # a file with in-memory sources: errors name the file, paths are read beside it
+            return workflow_from_data(load_yaml(text), self._path, text, overrides, seed, tables=tables)
         return workflow_from_data(load_yaml(text), Path(self._where), text, overrides, seed, base=self._base,
-                                  tables=self._tables)
+                                  tables=tables)
 
     def __repr__(self) -> str:
         where = f" from {self._path}" if self._path is not None else ""
@@ -283,58 +353,82 @@ class Workflow:
 
     # -- planning and running ------------------------------------------------------------
 
-    def plan(self, *, set: Overrides = None, seed: int | None = None, preview: bool = True) -> dict[str, Any]:
+    def plan(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None,
+             preview: bool = True) -> dict[str, Any]:
         """What ``anonflow plan --json`` prints, as data: ``{"workflow", "seed", "steps"}``.
         With ``preview`` (the default) the preparation steps run on the data in a throw-away
-        in-memory store, as ``anonflow plan`` does (``preview=False``: ``--no-preview``)."""
+        in-memory store, as ``anonflow plan`` does (``preview=False``: ``--no-preview``);
+        ``sources`` as :meth:`run` takes it."""
         from .dag import build_plan, plan_json
         from .dag import preview as run_preview
         from .plugins import get_registry
 
-        spec = self.spec(set=set, seed=seed)
+        spec = self.spec(set=set, seed=seed, sources=sources)
         registry = get_registry()
         plan = build_plan(spec, registry)
         return plan_json(plan, run_preview(plan, registry) if preview else {})
 
-    def run(self, *, set: Overrides = None, seed: int | None = None, db: PathLike | None = None,
-            out_dir: PathLike | None = None, use_cache: bool = True, memory: str | None = None,
-            threads: int | None = None) -> "Result":
+    def run(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None,
+            db: PathLike | None = None, out_dir: PathLike | None = None, use_cache: bool = True,
+            memory: str | None = None, threads: int | None = None, temp_dir: PathLike | None = None,
+            executor: str | Mapping[str, Any] | None = None, work_dir: PathLike | None = None,
+            progress: bool = False) -> "Result":
         """Run the workflow as ``anonflow run`` does and return its :class:`Result`.
 
         ``set``: parameter overrides (``{"grouped.k": 10}``, or the CLI's ``["grouped.k=10"]``);
-        ``seed``: the workflow's seed; ``db``: the store, by default an in-memory one (see the
+        ``seed``: the workflow's seed; ``sources``: in-memory tables read in place of the
+        sources of those names for this run (``{"census": df}``; over those given to
+        :func:`load`): validated and recorded as any in-memory source, by name and content
+        hash, never the file; ``db``: the store, by default an in-memory one (see the
         module's docstring), or a file such as ``"anonflow.duckdb"``; ``out_dir``: where
         published files go (default ``out/`` beside the workflow file, or in ``base_dir`` for
         a workflow built in code); ``use_cache``: reuse steps an earlier run of the same store
-        computed (``--no-cache`` is ``False``); ``memory``, ``threads``: DuckDB's limits
-        (``--memory``, ``--threads``). A failed run raises :class:`~anonflow.errors.RunError`
-        (``exc.run_id`` names its record), invalid input
+        computed (``--no-cache`` is ``False``); ``memory``, ``threads``, ``temp_dir``: DuckDB's
+        limits and spill folder (``--memory``, ``--threads``, ``--temp-dir``); ``executor``:
+        where a partitioned table's fragments run, ``"local"``, ``"processes:N"``,
+        ``"dask[:N|:ADDRESS]"`` or a mapping as the workflow's ``executor:`` (``--executor``),
+        ``work_dir`` the folder the fragments travel through (``--work-dir``); ``progress``:
+        the CLI's step lines and progress bars on stderr. A failed run raises
+        :class:`~anonflow.errors.RunError` (``exc.run_id`` names its record), invalid input
         :class:`~anonflow.errors.InputError` / :class:`~anonflow.errors.WorkflowError`."""
         from .dag import build_plan
+        from .executors import ExecutorSpec, executor_spec
         from .plugins import get_registry
         from .runner import Runner
         from .spec import Resources, check_memory, check_threads
         from .store import Store
 
-        spec = self.spec(set=set, seed=seed)
+        spec = self.spec(set=set, seed=seed, sources=sources)
         resources = Resources(check_memory(memory, "memory") if memory is not None else None,
-                              check_threads(threads, "threads") if threads is not None else None)
+                              check_threads(threads, "threads") if threads is not None else None,
+                              Path(os.path.abspath(temp_dir)) if temp_dir is not None else None)
+        chosen = (executor_spec(dict(executor) if isinstance(executor, Mapping) else executor, "executor",
+                                Path.cwd()) if executor is not None else None)
+        if work_dir is not None:
+            base = chosen or spec.executor
+            chosen = ExecutorSpec(base.kind, base.workers, base.address, os.path.abspath(work_dir))
+        reporter: Any = None  # the CLI's progress lines (duck-typed as a Reporter)
+        if progress:
+            from .cli import _Progress
+
+            reporter = _Progress(enabled=True)
         registry = get_registry()
         plan = build_plan(spec, registry)
         db_path = DEFAULT_DB if db is None else os.fspath(db)
         store = Store(db_path)
         try:
-            run = Runner(store, registry, resources=resources).run(
+            run = Runner(store, registry, reporter, resources=resources, executor=chosen).run(
                 spec, use_cache=use_cache, plan=plan,
                 output_dir=Path(out_dir) if out_dir is not None else None)
         except BaseException:
             store.close()
             raise
+        kept: Store | None = store  # an in-memory store lives with the result; a file is reopened to read
         if db_path != DEFAULT_DB:
             store.close()
-            store = None
+            kept = None
         return Result(run_id=run.run_id, status=run.status, workflow=run.workflow, metrics=dict(run.metrics),
-                      outputs=list(run.outputs), steps=list(run.steps), db=db_path, store=store)
+                      outputs=list(run.outputs), steps=list(run.steps), db=db_path, store=kept)
 
 
 class Result:
@@ -530,6 +624,8 @@ def _published(result: Result) -> tuple["pa.Table", int | None]:
     store, opened = result._open()
     try:
         rec = store.step_in_run(result.run_id, "anonymized")
+        if rec is None or not rec.get("output_table"):
+            raise StoreError(f"run {result.run_id} recorded no table for its step 'anonymized'")
         stored = store.get(rec["output_table"])
         table = for_publication(TypedTable(store.data(rec["output_table"]), stored.typing, stored.claims)).data
         suppressed = (rec.get("summary") or {}).get("suppressed")

@@ -320,3 +320,173 @@ def test_anonymize_claims_and_metrics():
     assert _default_metrics("mdav", {"k": "x"}) == ["k-anonymity"]
     out = anonflow.anonymize(people(), quasi=["age", "income"], k=3, metrics=["sse-il"])
     assert {key.split(".")[1] for key in out.metrics} == {"sse-il"}
+
+
+# -- a loaded file with an in-memory table in place of a source ---------------------------------
+
+CENSUS = WORKFLOWS / "census-mdav.yaml"
+CENSUS_CSV = WORKFLOWS / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
+#: the files census-mdav.yaml publishes whose bytes are the data alone; the release's
+#: manifest.json and report.html also describe the source (a file's path and sha256, or an
+#: in-memory table's name and content hash), so they differ by design
+DATA_FILES = ("census-mdav.parquet", "census-mdav.csv", "census-mdav-release/published.csv",
+              "census-mdav-release/published.parquet")
+
+
+@pytest.fixture(scope="module")
+def census_runs(tmp_path_factory):
+    """census-mdav.yaml run by the CLI on its CSV file, and through the API with the same CSV
+    read by pandas in place of the file source (``run(sources={"census": df})``)."""
+    pd = pytest.importorskip("pandas")
+    from click.testing import CliRunner
+
+    from anonflow.cli import main
+
+    tmp = tmp_path_factory.mktemp("census")
+    cli = CliRunner().invoke(main, ["run", str(CENSUS), "--db", str(tmp / "cli.duckdb"), "--out-dir",
+                                    str(tmp / "cli"), "--json"])
+    assert cli.exit_code == 0, cli.output
+    frame = pd.read_csv(CENSUS_CSV)
+    api = anonflow.load(CENSUS).run(sources={"census": frame}, db=tmp / "api.duckdb", out_dir=tmp / "api")
+    return tmp, json.loads(cli.output), api, frame
+
+
+def test_a_loaded_file_takes_an_in_memory_source_and_publishes_the_cli_bytes(census_runs):
+    """What is compared, and why it may be: pandas reads the 13 columns of the CSV as int64,
+    which Arrow and DuckDB call BIGINT -- the types DuckDB's CSV reader gives the file source
+    (checked first: the source tables are equal, types and values, record by record). From
+    there the runs are the same, so every published data file has the CLI's bytes and every
+    step's output the CLI's hash; the manifest and report differ only where they describe the
+    source (the file's path and sha256 vs the in-memory table's name and content hash, and the
+    workflow text recorded with it)."""
+    tmp, cli, api, frame = census_runs
+    assert set(map(str, frame.dtypes)) == {"int64"}
+    with Store(tmp / "cli.duckdb", read_only=True) as store:
+        rec = store.step_in_run(cli["run_id"], "census")
+        cli_source = store.data(rec["output_table"])
+    assert api.table("census").equals(cli_source)  # same types, same values, same _row
+    for name in DATA_FILES:
+        assert (tmp / "api" / name).read_bytes() == (tmp / "cli" / name).read_bytes(), name
+    assert api.metrics == cli["metrics"]
+    digest = arrow_sha256(to_arrow(frame))
+    # the run records the in-memory table, never the file
+    with Store(tmp / "api.duckdb", read_only=True) as store:
+        run = store.run(api.run_id)
+        assert run["workflow_path"] == str(CENSUS)
+        assert f"sha256: {digest}" in run["workflow_text"] and "CASCrefmicrodata" not in run["workflow_text"]
+        source = store.steps(api.run_id)[0]
+        assert source["uses"] == "arrow" and source["inputs"] == [{"name": "memory:census", "sha256": digest}]
+    manifests = [json.loads((tmp / side / "census-mdav-release" / "manifest.json").read_text()) for side in
+                 ("api", "cli")]
+    assert manifests[0]["workflow"]["file"] == "census-mdav.yaml"
+    assert manifests[0]["sources"][0]["format"] == "arrow" and manifests[0]["sources"][0]["path"] is None
+    assert manifests[0]["sources"][0]["sha256"] == digest
+    assert manifests[1]["sources"][0]["path"] == "data/sdcmicro/CASCrefmicrodata.csv"
+    assert [s["output_hash"] for s in manifests[0]["steps"]] == [s["output_hash"] for s in manifests[1]["steps"]]
+    assert manifests[0]["checks"] == manifests[1]["checks"]
+
+
+def test_verify_rerun_of_a_release_from_an_in_memory_source_is_refused_in_one_line(census_runs):
+    from click.testing import CliRunner
+
+    from anonflow.cli import main
+
+    tmp, _cli, _api, _frame = census_runs
+    release = str(tmp / "api" / "census-mdav-release")
+    plain = CliRunner().invoke(main, ["verify", release])
+    assert plain.exit_code == 0, plain.output  # hashes, files and privacy checks: all hold
+    for extra in ([], ["--sources", str(CENSUS_CSV.parent)]):
+        res = CliRunner().invoke(main, ["verify", release, "--rerun", *extra])
+        assert res.exit_code == 1, res.output
+        failed = [line for line in res.output.splitlines() if line.startswith("FAIL")]
+        assert failed == ["FAIL  re-run: not attempted: source 'census' was an in-memory table given in Python "
+                          "(recorded by its content hash only), which neither the release nor --sources DIR can "
+                          "supply; 'anonflow verify' without --rerun checks the release's files, hashes and privacy "
+                          "claims, and re-running the workflow in Python on the same table reproduces it"]
+    res = CliRunner().invoke(main, ["verify", release, "--rerun", "--json"])
+    found = json.loads(res.output)
+    assert found["ok"] is False and found["rerun"] == {"verdict": "not-attempted"}
+
+
+def test_sources_given_to_load_and_to_run(tmp_path):
+    folder = tmp_path / "w"
+    folder.mkdir()
+    (folder / "people.yaml").write_text(
+        "name: people\nseed: 7\nsources:\n  people: {path: missing.csv}   # no such file: the table stands in\n"
+        "steps:\n  typed: {uses: typing, input: people, with: {quasi: [age, income], sensitive: [disease]}}\n"
+        "  grouped: {uses: mdav, input: typed, with: {k: 3}}\n"
+        "  scores: {uses: evaluate, input: [typed, grouped], with: {metrics: [k-anonymity, sse-il]}}\n")
+    path = folder / "people.yaml"
+    with pytest.raises(anonflow.InputError, match="file not found"):
+        anonflow.load(path).run()
+    loaded = anonflow.load(path, sources={"people": people()})
+    assert loaded.source_hashes() == {"people": arrow_sha256(people())}
+    assert loaded.plan(preview=False)["steps"][0]["source"].startswith("in-memory table people")
+    by_load = loaded.run()
+    by_run = anonflow.load(path).run(sources={"people": people()})
+    in_code = built(people()).run()
+    assert by_load.metrics == by_run.metrics == in_code.metrics
+    assert by_load.table("grouped").equals(in_code.table("grouped"))
+    # sources= at run time wins over load's, for that run only
+    assert loaded.run(sources={"people": people(11)}).table("people").num_rows == 11
+    assert loaded.run().table("people").num_rows == 12
+    # a workflow built in code takes them too
+    assert built(people()).run(sources={"people": people(9)}).table("grouped").num_rows == 9
+    with pytest.raises(anonflow.WorkflowError, match=r"sources=: the workflow has no source 'peple' \(did you mean "
+                                                     r"'people'\?\); its sources: people"):
+        anonflow.load(path).run(sources={"peple": people()})
+    with pytest.raises(anonflow.InputError, match="sources= takes in-memory tables .* got str"):
+        anonflow.load(path, sources={"people": "people.csv"})
+    with pytest.raises(anonflow.InputError, match="column name '_row' is reserved"):
+        anonflow.load(path).run(sources={"people": pa.table({"_row": [1, 2], "age": [1, 2]})})
+    assert not (folder / "out").exists()
+
+
+def test_polars_in_place_of_a_file_source():
+    pl = pytest.importorskip("polars")
+    frame = pl.from_arrow(people())
+    a = built(str(ROOT / "nonexistent.csv")).run(sources={"people": frame})
+    b = built(people()).run()
+    assert a.to_polars("grouped").equals(b.to_polars("grouped"))
+
+
+# -- run options: executor, resources, progress ---------------------------------------------------
+
+def partitioned(base_dir: Path) -> anonflow.Workflow:
+    import random
+
+    rng = random.Random(3)
+    n = 600
+    table = pa.table({"age": [rng.randint(18, 90) for _ in range(n)],
+                      "income": [rng.randint(10, 200) for _ in range(n)],
+                      "d": [rng.choice("abc") for _ in range(n)]})
+    return (anonflow.Workflow("parts", seed=5, sources={"people": table}, base_dir=base_dir)
+            .add_step("typed", "typing", "people", quasi={"age": "continuous", "income": "continuous"},
+                      sensitive=["d"])
+            .add_step("parts", "partition", "typed", max_records=100)
+            .add_step("grouped", "mdav", "parts", k=4)
+            .add_step("pub", "publish", "grouped", publisher="csv", path="parts.csv"))
+
+
+def test_executor_and_resources_pass_through_and_change_no_byte(tmp_path):
+    wf = partitioned(tmp_path)
+    serial = wf.run(out_dir=tmp_path / "serial")
+    parallel = wf.run(executor="processes:2", memory="1GB", threads=2, temp_dir=tmp_path / "spill",
+                      work_dir=tmp_path / "work", out_dir=tmp_path / "parallel")
+    assert "on local:" in serial.steps[3]["notes"][-1]
+    assert "on processes:2:" in parallel.steps[3]["notes"][-1] and "in 2 process(es)" in parallel.steps[3]["notes"][-1]
+    assert (tmp_path / "serial" / "parts.csv").read_bytes() == (tmp_path / "parallel" / "parts.csv").read_bytes()
+    assert serial.metrics == parallel.metrics
+    assert not any((tmp_path / "work").iterdir())  # the fragments' folder is left empty
+    with pytest.raises(anonflow.InputError, match="unknown executor 'threads'"):
+        wf.run(executor="threads:2")
+    with pytest.raises(anonflow.WorkflowError, match="resources.memory must be a size"):
+        wf.run(memory="lots")
+
+
+def test_progress_lines_on_stderr(capsys):
+    built(people()).run(progress=True)
+    err = capsys.readouterr().err
+    assert "[1/4] people (arrow) ..." in err and "[4/4] scores (evaluate) ..." in err
+    built(people()).run()
+    assert capsys.readouterr().err == ""
