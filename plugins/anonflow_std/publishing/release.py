@@ -835,6 +835,14 @@ class Release(Publisher):
 
         return verify(release, rerun=rerun, db=db, sources=sources, key=key)
 
+    def apply(self, release: Path, new_data: Path, out: Path | None = None, *, hierarchies: Path | None = None,
+              suppression: float | None = None) -> dict[str, Any]:
+        """Publish new records as the release published its table (``anonflow apply``; see
+        :mod:`anonflow_std.publishing.apply`)."""
+        from .apply import apply_release  # apply.py imports this module
+
+        return apply_release(release, new_data, out, hierarchies=hierarchies, suppression=suppression)
+
     def keygen(self, path: Path) -> tuple[Path, str]:
         """Write an Ed25519 key pair for signed releases (``anonflow keygen``)."""
         return keygen(path)
