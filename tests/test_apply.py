@@ -238,19 +238,135 @@ def test_mdav_assigns_each_new_record_its_nearest_published_centroid(cli, tmp_pa
     out = pq.read_table(tmp_path / "a" / "published.parquet")
     pub = pq.read_table(release / "published.parquet")
     assert out.schema.names == pub.schema.names and out.num_rows == 5 * (len(lines) - 1)
-    # nearest centroid, Euclidean on z-scores by the published means and deviations
+    assert record["applied"]["standardization"] == "recorded" and record["notes"][-1].startswith("mdav: ")
+    # the run recorded its standardization: the original table's means and population deviations
+    manifest = json.loads((release / "manifest.json").read_text())
+    step = next(s for s in manifest["steps"] if s["step"] == "grouped")
+    rec = step["fitted"]["standardization"]
+    assert sorted(step["fitted"]) == ["standardization"] and rec["quasi"] == CENSUS_QI
+    original = pacsv.read_csv(tmp_path / "w" / "data" / "sdcmicro" / "CASCrefmicrodata.csv")
+    O = np.column_stack([original.column(q).to_numpy().astype(float) for q in CENSUS_QI])
+    assert np.allclose(rec["mean"], O.mean(axis=0), rtol=1e-12, atol=0)
+    assert np.allclose(rec["std"], O.std(axis=0), rtol=1e-12, atol=0)       # ddof 0
     P = np.column_stack([pub.column(q).to_numpy() for q in CENSUS_QI])
+    assert np.allclose(rec["mean"], P.mean(axis=0), rtol=1e-9)               # the centroids keep the means
+    assert (P.std(axis=0) < np.asarray(rec["std"])).all()                     # but not the deviations
+    # nearest centroid, Euclidean on z-scores by the recorded means and deviations
     cls = pub.column("_class").to_numpy()
     groups, first = np.unique(cls, return_index=True)
     C = P[first]
     X = np.column_stack([pacsv.read_csv(five).column(q).to_numpy().astype(float) for q in CENSUS_QI])
-    mean, std = P.mean(axis=0), P.std(axis=0)
+    mean, std = np.asarray(rec["mean"]), np.asarray(rec["std"])
     d = ((((X - mean) / std)[:, None, :] - ((C - mean) / std)[None, :, :]) ** 2).sum(axis=2)
     want = groups[np.argmin(d, axis=1)]
     assert np.array_equal(out.column("_class").to_numpy(), want)
     got = np.column_stack([out.column(q).to_numpy() for q in CENSUS_QI])
     assert np.array_equal(got, C[np.searchsorted(groups, want)])      # the centroid, exactly as published
     assert _k(out, CENSUS_QI) >= 5
+
+
+def test_a_partitioned_mdav_run_records_the_whole_tables_standardization(cli, tmp_path):
+    """Every fragment group z-scores by the whole table's means and deviations (the
+    fragments' domain): they record it alike, so the step records it once."""
+    (tmp_path / "data" / "sdcmicro").mkdir(parents=True)
+    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", tmp_path / "data" / "sdcmicro")
+    text = (WORKFLOWS / "census-mdav.yaml").read_text()
+    text = text.replace("  grouped:\n    uses: mdav\n    input: typed\n",
+                        "  parts: {uses: partition, input: typed, with: {max_records: 300}}\n"
+                        "  grouped:\n    uses: mdav\n    input: parts\n")
+    assert "input: parts" in text
+    (tmp_path / "wf.yaml").write_text(text)
+    res = cli("run", tmp_path / "wf.yaml", "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "out" / "census-mdav-release" / "manifest.json").read_text())
+    rec = next(s for s in manifest["steps"] if s["step"] == "grouped")["fitted"]["standardization"]
+    original = pacsv.read_csv(DATA / "sdcmicro" / "CASCrefmicrodata.csv")
+    O = np.column_stack([original.column(q).to_numpy().astype(float) for q in CENSUS_QI])
+    assert rec["quasi"] == CENSUS_QI
+    assert np.allclose(rec["mean"], O.mean(axis=0), rtol=1e-12, atol=0)
+    assert np.allclose(rec["std"], O.std(axis=0), rtol=1e-12, atol=0)
+
+
+def _without_fitted(release: Path, folder: Path) -> Path:
+    """A copy of ``release`` whose manifest is as a release made before anonflow recorded
+    what its algorithm step fitted (no ``steps[i].fitted``), its integrity digest redone."""
+    from anonflow_std.publishing.release import integrity, manifest_bytes
+
+    copy = folder / "out" / release.name
+    shutil.copytree(release, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert sum(1 for s in manifest["steps"] if s.pop("fitted", None) is not None) == 1
+    manifest.pop("integrity")
+    manifest["integrity"] = integrity(manifest)
+    (copy / "manifest.json").write_bytes(manifest_bytes(manifest))
+    for h in HIERARCHIES:
+        (folder / "data" / "arx").mkdir(parents=True, exist_ok=True)
+        shutil.copy(DATA / "arx" / f"adult_hierarchy_{h}.csv", folder / "data" / "arx")
+    return copy
+
+
+def test_the_release_records_the_lattice_node_and_apply_uses_it(cli, adult, tmp_path):
+    release, held = adult
+    manifest = json.loads((release / "manifest.json").read_text())
+    algo = next(s for s in manifest["steps"] if s["kind"] == "algorithm")
+    node = algo["fitted"]["node"]
+    assert sorted(algo["fitted"]) == ["node"] and sorted(node) == ["levels", "quasi"]
+    assert len(node["quasi"]) == len(node["levels"]) == 8 and all(isinstance(v, int) for v in node["levels"])
+    res = cli("apply", release, held, "-o", tmp_path / "a", "--suppression", "0.01", "--json")
+    assert res.exit_code == 0, res.output
+    record = json.loads(res.output)
+    assert record["applied"]["node"] == dict(zip(node["quasi"], node["levels"]))
+    assert record["applied"]["node_from"] == "recorded" and record["notes"][-1].startswith("lattice: node [")
+    # a release made before anonflow recorded the node: read off the published labels, with a note
+    old = _without_fitted(release, tmp_path / "old")
+    res = cli("apply", old, held, "-o", tmp_path / "b", "--suppression", "0.01")
+    assert res.exit_code == 0, res.output
+    assert "note: lattice: the release records no node" in res.output
+    b = json.loads((tmp_path / "b" / "application.json").read_text())
+    assert b["applied"]["node"] == record["applied"]["node"] and b["applied"]["node_from"] == "published labels"
+    assert (tmp_path / "a" / "published.parquet").read_bytes() == (tmp_path / "b" / "published.parquet").read_bytes()
+
+
+def test_a_recorded_node_the_published_labels_contradict_is_refused_in_one_line(cli, adult, tmp_path):
+    from anonflow_std.publishing.release import integrity, manifest_bytes
+
+    release, held = adult
+    copy = tmp_path / "w" / "out" / release.name
+    shutil.copytree(release, copy)
+    for h in HIERARCHIES:
+        (tmp_path / "w" / "data" / "arx").mkdir(parents=True, exist_ok=True)
+        shutil.copy(DATA / "arx" / f"adult_hierarchy_{h}.csv", tmp_path / "w" / "data" / "arx")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    node = next(s for s in manifest["steps"] if s["kind"] == "algorithm")["fitted"]["node"]
+    i = next(i for i, lv in enumerate(node["levels"]) if lv > 0)
+    node["levels"][i] = 0
+    manifest.pop("integrity")
+    manifest["integrity"] = integrity(manifest)
+    (copy / "manifest.json").write_bytes(manifest_bytes(manifest))
+    res = cli("apply", copy, held, "-o", tmp_path / "a")
+    assert res.exit_code == 2, res.output
+    assert "is not a label of the recorded level 0" in res.output and node["quasi"][i] in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "a").exists()
+
+
+def test_a_census_release_made_before_the_standardization_was_recorded_falls_back_with_a_note(cli, tmp_path):
+    from anonflow_std.publishing.release import integrity, manifest_bytes
+
+    release, held = _census_release(cli, tmp_path / "w")
+    manifest = json.loads((release / "manifest.json").read_text())
+    for s in manifest["steps"]:
+        s.pop("fitted", None)
+    manifest.pop("integrity")
+    manifest["integrity"] = integrity(manifest)
+    (release / "manifest.json").write_bytes(manifest_bytes(manifest))
+    lines = held.read_text().splitlines(keepends=True)
+    five = tmp_path / "five.csv"
+    five.write_text(lines[0] + "".join(r for r in lines[1:] for _ in range(5)))
+    res = cli("apply", release, five, "-o", tmp_path / "a", "--json")
+    assert res.exit_code == 0, res.output
+    record = json.loads(res.output)
+    assert record["applied"]["standardization"] == "published table"
+    assert "the release records no standardization" in record["notes"][0]
 
 
 # -- refusals ----------------------------------------------------------------------------

@@ -790,22 +790,34 @@ class Lattice(Algorithm):
         ctx.note(f"lattice: chosen node {space.describe(levels)} with {utility.name} = {value:.6g} "
                  f"({evaluated} node(s) scored); {int(ok.sum())} classes, {suppressed} record(s) suppressed "
                  f"(limit {limit})")
+        # the node, for anonflow apply: the release carries it (several levels may hold the same labels)
+        ctx.record_fitted("node", {"quasi": list(quasi), "levels": [int(lv) for lv in levels]})
         claims = {model.name: {k: v for k, v in mparams.items() if v is not None}}
         return TypedTable(None, published_typing(table.typing, quasi), claims, table.hierarchies, stored=out.stored)
 
     # -- applying the published node to new data (anonflow apply) ---------------------
 
-    def apply(self, table: TypedTable, published: TypedTable, params: Mapping[str, Any],
-              ctx: StepContext) -> tuple[TypedTable, dict[str, Any]]:
+    def apply(self, table: TypedTable, published: TypedTable, params: Mapping[str, Any], ctx: StepContext,
+              fitted: Mapping[str, Any] | None = None) -> tuple[TypedTable, dict[str, Any]]:
         """Generalize the new records ``table`` (typed, with the recorded hierarchies) with the
-        node of the release ``published``: each quasi-identifier to the level whose labels
-        its published values are (:func:`published_levels`). A record whose labels are those
-        of a published class gets that class's ``_class``; other label tuples get new ids
-        after the release's largest, in the order of their labels. Nothing is checked here:
-        the caller re-checks the claimed model on the result."""
+        node the run chose, as it recorded it (``fitted["node"]``: :func:`recorded_levels`,
+        checked against the published labels). A release made before anonflow recorded the
+        node: each quasi-identifier to the level whose labels its published values are
+        (:func:`published_levels`), with a note. A record whose labels are those of a
+        published class gets that class's ``_class``; other label tuples get new ids after
+        the release's largest, in the order of their labels. Nothing is checked here: the
+        caller re-checks the claimed model on the result."""
         quasi = list(table.typing.quasi)
         need_hierarchies(quasi, table.hierarchies, "lattice")
-        levels = published_levels(published, quasi, table.hierarchies)
+        recorded = (fitted or {}).get("node")
+        if recorded is not None:
+            levels = recorded_levels(recorded, published, quasi, table.hierarchies)
+            source = "recorded"
+        else:
+            levels = published_levels(published, quasi, table.hierarchies)
+            source = "published labels"
+            ctx.note("lattice: the release records no node (made before anonflow recorded it): the node was read off "
+                     "the published labels")
         data = table.data
         for q in quasi:
             h = table.hierarchies[q]
@@ -827,8 +839,8 @@ class Lattice(Algorithm):
                  f"record(s): {len(used)} class(es), {len([t for t in set(tuples) if t in known])} of them published "
                  f"in the release, {len(fresh)} new")
         out = TypedTable(data, published_typing(table.typing, quasi), published.claims, table.hierarchies)
-        return out, {"node": node, "classes": len(used), "release_classes": len({t for t in tuples if t in known}),
-                     "new_classes": len(fresh)}
+        return out, {"node": node, "node_from": source, "classes": len(used),
+                     "release_classes": len({t for t in tuples if t in known}), "new_classes": len(fresh)}
 
     # -- choosing the node --------------------------------------------------------------
 
@@ -935,10 +947,47 @@ class Lattice(Algorithm):
         return best, float(best_value), len(candidates)
 
 
+def recorded_levels(recorded: Any, published: TypedTable, quasi: list[str],
+                    hierarchies: Mapping[str, Any]) -> dict[str, int]:
+    """The node a run recorded (``{"quasi": [names], "levels": [level per name]}``), per
+    quasi-identifier: it must name exactly ``quasi``, each level must be one of its
+    hierarchy, and the published values must be labels of that level (else the hierarchy
+    is not the release's, or the node is not its table's); one-line errors."""
+    try:
+        names = [str(q) for q in recorded["quasi"]]
+        levels = [int(lv) for lv in recorded["levels"]]
+        ok = len(names) == len(levels) == len(set(names)) and all(
+            isinstance(lv, int) and not isinstance(lv, bool) for lv in recorded["levels"])
+    except (KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError("lattice: the release's recorded node is not {quasi, levels} of equal length")
+    if sorted(names) != sorted(quasi):
+        raise InputError(f"lattice: the release's recorded node is over {', '.join(names)}, not over the "
+                         f"quasi-identifiers {', '.join(quasi)}")
+    node = dict(zip(names, levels))
+    out: dict[str, int] = {}
+    for q in quasi:
+        h, lv = hierarchies[q], node[q]
+        if not 0 <= lv <= h.height:
+            raise InputError(f"lattice: the release's recorded node has level {lv} for {q!r}, whose hierarchy has "
+                             f"levels 0..{h.height}")
+        if q not in published.columns:
+            raise InputError(f"the release's published table has no column {q!r} (a quasi-identifier)")
+        values = pa.chunked_array([published.data.column(q)]).combine_chunks()
+        present = set(v for v in values.unique().to_pylist() if v is not None)
+        stray = sorted(present - set(h.level(lv).to_pylist()), key=str)
+        if stray:
+            raise InputError(f"lattice: the published value {stray[0]!r} of {q!r} is not a label of the recorded "
+                             f"level {lv} of its hierarchy: the hierarchy or the node is not the release's")
+        out[q] = lv
+    return out
+
+
 def published_levels(published: TypedTable, quasi: list[str], hierarchies: Mapping[str, Any]) -> dict[str, int]:
     """The node of a published lattice table: for each quasi-identifier, the level of its
-    hierarchy whose labels its published values are. A release records its data and
-    hierarchies, not the node, so the node is read off the data: the levels whose labels
+    hierarchy whose labels its published values are. For a release made before anonflow
+    recorded the node (:func:`recorded_levels` reads a recorded one), it is read off the data: the levels whose labels
     include every published value are the candidates; when several are, they must
     generalize every value of the hierarchy alike (levels repeating one another), else the
     node cannot be told and the error says so (one line). A published value that is a label

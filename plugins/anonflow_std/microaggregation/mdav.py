@@ -17,7 +17,7 @@ import pyarrow as pa
 from anonflow.api import CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable, sql_ident
 
 from .. import __version__
-from ..common import continuous_quasi, zscores
+from ..common import continuous_quasi, standardization, zscores
 
 
 def publish_group_means(table: TypedTable, columns: list[str], X: np.ndarray, labels: np.ndarray,
@@ -76,6 +76,10 @@ class _Microaggregation(Algorithm):
             Z, constant = zscores(X, quasi, table.domain)
             if constant:
                 ctx.note(f"constant column(s) {', '.join(constant)} carry no distance and were ignored for grouping")
+            # the z-scores' means and population deviations over the whole table, for anonflow apply
+            mean, std = standardization(X, quasi, table.domain)
+            ctx.record_fitted("standardization", {"quasi": list(quasi), "mean": [float(v) for v in mean],
+                                                  "std": [float(v) for v in std]})
         advance = ctx.progress(table.num_rows, self.name)
         done = [0]
 
@@ -90,18 +94,24 @@ class _Microaggregation(Algorithm):
         return publish_group_means(table, quasi, X, labels, ctx)
 
 
-    def apply(self, table: TypedTable, published: TypedTable, params: Mapping[str, Any],
-              ctx: StepContext) -> tuple[TypedTable, dict[str, Any]]:
+    def apply(self, table: TypedTable, published: TypedTable, params: Mapping[str, Any], ctx: StepContext,
+              fitted: Mapping[str, Any] | None = None) -> tuple[TypedTable, dict[str, Any]]:
         """Assign each new record of ``table`` to the nearest published group of the release
         ``published`` and publish that group's centroid (its published values, ``_class``
-        kept): :func:`nearest_groups`. Nothing is checked here: the caller re-checks the
-        claimed model (each group used must hold at least k new records)."""
+        kept): :func:`nearest_groups`, on z-scores by the run's own standardization (the
+        original table's means and population deviations, ``fitted["standardization"]`` as
+        :meth:`run` recorded it). A release made before anonflow recorded it: the published
+        table's means and deviations, with a note. Nothing is checked here: the caller
+        re-checks the claimed model (each group used must hold at least k new records)."""
         quasi = continuous_quasi(table, self.name)
         groups, centroids = published_centroids(published, quasi)
         X = table.numeric(quasi)
+        source = None
         if params.get("standardize", True):
-            P = published.numeric(quasi)
-            mean, std = P.mean(axis=0), P.std(axis=0)
+            mean, std, source = applied_standardization(published, quasi, (fitted or {}).get("standardization"))
+            if source != "recorded":
+                ctx.note(f"{self.name}: the release records no standardization (made before anonflow recorded it): "
+                         "z-scores by the published table's means and deviations")
         else:
             mean, std = np.zeros(len(quasi)), np.ones(len(quasi))
         nearest = nearest_groups(X, centroids, mean, std)
@@ -117,7 +127,35 @@ class _Microaggregation(Algorithm):
         return out, {"groups": int(groups.size), "groups_used": int(used.size),
                      "records_per_group_used": {"min": int(counts.min()) if counts.size else 0,
                                                 "max": int(counts.max()) if counts.size else 0},
-                     "standardized": bool(params.get("standardize", True))}
+                     "standardized": bool(params.get("standardize", True)),
+                     **({"standardization": source} if source else {})}
+
+
+def applied_standardization(published: TypedTable, quasi: list[str],
+                            recorded: Any) -> tuple[np.ndarray, np.ndarray, str]:
+    """The means and deviations to z-score new records by: the ones the run recorded
+    (``{"quasi", "mean", "std"}``, checked to name exactly ``quasi`` with finite values;
+    returned in ``quasi``'s order), ``"recorded"``; or, when none is recorded, the published
+    table's, ``"published table"``."""
+    if recorded is None:
+        P = published.numeric(quasi)
+        return P.mean(axis=0), P.std(axis=0), "published table"
+    try:
+        names = [str(q) for q in recorded["quasi"]]
+        mean = np.asarray(recorded["mean"], dtype=np.float64)
+        std = np.asarray(recorded["std"], dtype=np.float64)
+        ok = len(names) == mean.size == std.size and np.isfinite(mean).all() and np.isfinite(std).all() \
+            and (std >= 0).all()
+    except (KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError("the release's recorded standardization is not {quasi, mean, std} of equal length with "
+                         "finite values")
+    if sorted(names) != sorted(quasi):
+        raise InputError(f"the release's recorded standardization is over {', '.join(names)}, not over the "
+                         f"quasi-identifiers {', '.join(quasi)}")
+    order = [names.index(q) for q in quasi]
+    return mean[order], std[order], "recorded"
 
 
 def published_centroids(published: TypedTable, quasi: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -11,8 +11,10 @@ its table (docs/releases.md, "Applying a release to new data").
    scratch folder.
 3. The new data goes through the recorded preparation steps (:func:`anonflow.apply.prepare_batch`):
    the same typing, dropped identifiers, types and hierarchies.
-4. The algorithm maps it onto the release (``Algorithm.apply``): the lattice applies the
-   published node, microaggregation assigns each record to its nearest published group.
+4. The algorithm maps it onto the release (``Algorithm.apply``, given what the run fitted:
+   the algorithm step's ``fitted`` in the manifest): the lattice applies the recorded node,
+   microaggregation assigns each record to its nearest published group on z-scores by the
+   recorded standardization.
 5. The release's claimed models are checked **on the new batch alone** with the checks
    ``verify`` derives from the manifest (each evaluate step's privacy metrics, each claim
    with its claimed parameters); with a suppression allowance (``--suppression``, default the
@@ -225,7 +227,9 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
         published = load_release_table(release, manifest)
         sql = lambda q, p=None, **t: db.sql(q, p, **t)  # noqa: E731
         ctx = scratch_context(sql, scratch, "apply")
-        applied, record = algo.apply(batch, published, params, ctx)
+        actx = scratch_context(sql, scratch, step["step"])  # the algorithm's notes go into the record
+        fitted = step.get("fitted") if isinstance(step.get("fitted"), Mapping) else {}
+        applied, record = algo.apply(batch, published, params, actx, fitted=fitted)
 
         # the published columns, in the release's order
         typing = Typing.from_json(rel["typing"])
@@ -310,6 +314,7 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
                 "new_data": {"file": new_data.name, "sha256": new_sha, "rows": batch.num_rows},
                 "files_read": placed,
                 "applied": record,
+                "notes": list(actx.notes),
                 "suppression": {"allowance": cap, "limit": limit, "withheld": withheld},
                 "checked": "the new batch alone, not its union with the release",
                 "checks": checks,

@@ -806,6 +806,8 @@ class Release(Publisher):
         if summary.get("suppressed") is not None:  # records the algorithm suppressed, and its cap in records
             rec["suppressed"] = summary["suppressed"]
             rec["suppression_limit"] = summary.get("suppression_limit")
+        if s["kind"] == "algorithm" and summary.get("fitted"):  # what it fitted, for anonflow apply
+            rec["fitted"] = summary["fitted"]
         if s["kind"] == "publish":
             rec["files"] = [{"path": os.path.relpath(o["path"], release_dir).replace(os.sep, "/"),
                              "sha256": o["sha256"], "rows": o["rows"]}
