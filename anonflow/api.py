@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -401,6 +402,17 @@ def flat_params(steps: list[dict[str, Any]], seed: int) -> dict[str, Any]:
     return out
 
 
+def _json_default(value: Any) -> Any:
+    """numpy values as plain ones, for :meth:`StepContext.record_fitted`."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
 @dataclass
 class StepContext:
     """What the engine hands a plugin while it runs a step."""
@@ -447,6 +459,9 @@ class StepContext:
     output_guard: Any = None
     #: provider behind :meth:`table` (set by the runner): a referenced step's table by name
     tables: Callable[[str], TypedTable] | None = None
+    #: what the step fitted to its input, by name (:meth:`record_fitted`): JSON data, stored in
+    #: the step's summary under ``fitted``
+    fitted: dict[str, Any] = field(default_factory=dict)
 
     def table(self, name: str) -> TypedTable:
         """The table of the source or step ``name``, which this step's plugin references by a
@@ -467,6 +482,23 @@ class StepContext:
     def note(self, message: str) -> None:
         """Record a remark in the step's summary (shown by ``anonflow runs RUN_ID``)."""
         self.notes.append(message)
+
+    def record_fitted(self, name: str, value: Any) -> None:
+        """Record ``value`` (JSON data: numbers, text, booleans, null, lists, mappings with
+        text keys; numpy scalars and arrays are taken as their values) as what the step
+        fitted to its input under ``name``: what it chose or computed from the records that
+        is needed to apply its result to other records (the ``lattice``'s node, the MDAV
+        family's standardization). The engine stores it in the step's summary (``fitted``);
+        the ``release`` publisher carries an algorithm step's in the manifest, where
+        ``anonflow apply`` reads it. NaN and infinities are refused: record a value exactly
+        (a float is kept to the bit). In a partitioned run, a value every fragment group
+        recorded alike is kept, one they recorded differently is dropped with a note."""
+        if not isinstance(name, str) or not name:
+            raise RunError(f"record_fitted: the name must be non-empty text, got {name!r}")
+        try:
+            self.fitted[name] = json.loads(json.dumps(value, allow_nan=False, default=_json_default))
+        except (TypeError, ValueError) as exc:
+            raise RunError(f"record_fitted({name!r}): not JSON data ({exc})") from None
 
     def resolve_output(self, path: str) -> Path:
         """An output path as given in the workflow, resolved inside the output folder.

@@ -516,6 +516,56 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
         raise SystemExit(1)
 
 
+@main.command("apply", short_help="Publish new records as a release published its table.")
+@click.argument("release", type=click.Path(path_type=Path))
+@click.argument("new_data", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", "out", type=click.Path(path_type=Path), default=None, metavar="OUT",
+              help="Folder to write (it must not exist, or be empty; default: RELEASE-applied beside the release).")
+@click.option("--hierarchies", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Folder holding the hierarchy (and grading) files the release was made with, found by their "
+                   "recorded sha256 (default: beside the workflow, the folder above the release's output folder).")
+@click.option("--suppression", type=click.FloatRange(0.0, 1.0), default=None, metavar="FRACTION",
+              help="Largest fraction of the new records that may be withheld (the records of classes failing a "
+                   "claimed model), in [0, 1]; default: the algorithm step's recorded cap.")
+@click.option("--json", "as_json", is_flag=True, help="Print the application's record as JSON.")
+@_guard
+def apply_cmd(release: Path, new_data: Path, out: Path | None, hierarchies: Path | None, suppression: float | None,
+              as_json: bool) -> None:
+    """Publish NEW_DATA (a CSV or Parquet file with the original columns) as the
+    release directory RELEASE published its table, without searching again: the
+    recorded preparation (typing, hierarchies), then the algorithm's recorded result
+    -- the lattice node it chose, or each record assigned to the nearest published
+    group on z-scores by the original table's standardization (microaggregation).
+
+    The release's claimed models are re-checked on the new batch alone; when one
+    would not hold, nothing is written (exit 1). The output folder holds the data
+    files and application.json. See docs/releases.md, "Applying a release to new
+    data"."""
+    from .errors import InputError
+
+    if not release.is_dir():
+        raise InputError(f"{release} is not a directory (expected a release directory)")
+    publisher = _release_publisher()
+    if not hasattr(publisher, "apply"):
+        raise InputError("the installed release publisher cannot apply releases to new data")
+    result = publisher.apply(release, new_data, out, hierarchies=hierarchies, suppression=suppression)
+    if as_json:
+        _echo_json(result)
+        return
+    applied = result.get("applied") or {}
+    if "node" in applied:
+        what = "node [" + ", ".join(f"{q}={lv}" for q, lv in applied["node"].items()) + "]"
+    else:
+        what = f"{applied.get('groups_used')} of the release's {applied.get('groups')} groups"
+    sup = result["suppression"]
+    checks = "; ".join(f"{c['check']} holds" if c["holds"] else f"{c['check']} measured" for c in result["checks"])
+    for line in result.get("notes") or []:
+        click.echo(f"note: {line}")
+    click.echo(f"applied {release} to {new_data}: {result['files'][0]['rows']} record(s) published with {what}"
+               + (f", {sup['withheld']} withheld" if sup["withheld"] else "") + f"; on the new batch alone: {checks}")
+    click.echo(f"written to {result['out']}")
+
+
 @main.command()
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 @_guard

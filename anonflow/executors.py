@@ -171,6 +171,8 @@ class FragmentResult:
     hierarchies: dict[str, Any] = field(default_factory=dict)
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: what the algorithm recorded with ``ctx.record_fitted`` on this group
+    fitted: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     pid: int = 0
 
@@ -311,6 +313,7 @@ def run_fragment(task: FragmentTask) -> FragmentResult:
         result.hierarchies = dict(sorted(out.hierarchies.items()))
         result.claims = out.claims
         result.notes = list(ctx.notes)
+        result.fitted = dict(ctx.fitted)
         result.seconds = time.perf_counter() - t0
         return result
     finally:

@@ -559,6 +559,8 @@ class Runner:
 
         if ctx.notes:
             summary["notes"] = list(ctx.notes)
+        if ctx.fitted:  # what the step fitted to its input (StepContext.record_fitted)
+            summary["fitted"] = dict(sorted(ctx.fitted.items()))
         if refs:  # lineage follows them (anonflow.lineage.trace)
             summary["references"] = [{"name": r, "table": a.table, "hash": a.hash} for r, a in refs.items()]
         rec["summary"] = summary or None
@@ -806,6 +808,17 @@ class Runner:
         if dropped:
             ctx.note(f"claim(s) {', '.join(dropped)} made by some fragment groups only (or with parameters that "
                      "cannot be combined) dropped")
+        # what the groups fitted: a value every group recorded alike is the step's
+        fitted: dict[str, list[str]] = {}
+        for res in results:
+            for name, value in res.fitted.items():
+                fitted.setdefault(name, []).append(canonical_json(value, strict=True))
+        for name, texts in sorted(fitted.items()):
+            if len(texts) == len(results) and len(set(texts)) == 1:
+                ctx.record_fitted(name, results[0].fitted[name])
+            else:
+                ctx.note(f"fitted value {name!r} recorded differently (or not at all) by the fragment groups: not "
+                         "recorded for the step")
         # the groups' own notes: each distinct one once, with how many groups made it
         notes: dict[str, list[int]] = {}
         for res in results:

@@ -370,3 +370,31 @@ def test_version_changes_name_packages_plugins_and_code():
     assert version_changes(a, a) == ([], [])
     assert version_changes({k: v for k, v in a.items() if k != "code"}, a)[1][0].startswith(
         "the manifest records no code digests")
+
+
+def test_an_old_manifest_without_fitted_values_passes_a_rerun_by_newer_code(cli, project, scratch_root):
+    """A release written before anonflow recorded what an algorithm fitted (``steps[i].fitted``,
+    read by ``anonflow apply``): a re-run by newer code adds it, shown as expected."""
+    rel = released(cli, project)
+    assert sorted(json.loads((rel / "manifest.json").read_text())["steps"][2]["fitted"]) == ["standardization"]
+
+    def older(m):
+        m["versions"].pop("code")
+        m["steps"][2].pop("fitted")
+
+    forge(rel, older)
+    code, result = verify(cli, rel, "--rerun")
+    assert code == 0, failures(result)
+    assert result["rerun"]["verdict"] == "same-tables-different-code"
+    assert shown(result, "re-run fitted values") == [
+        "the re-run records what 1 algorithm step(s) fitted (steps[2].fitted), which the release, written before "
+        "anonflow recorded it, does not: expected with newer code, not a data difference"]
+
+
+def test_with_the_same_code_a_missing_fitted_value_fails(cli, project, scratch_root):
+    rel = released(cli, project)
+    forge(rel, lambda m: m["steps"][2].pop("fitted"))
+    code, result = verify(cli, rel, "--rerun")
+    assert code == 1 and result["rerun"]["verdict"] == "different"
+    assert any(f.startswith("manifest field steps[2].fitted: recorded <absent>") for f in failures(result)), \
+        failures(result)

@@ -46,10 +46,12 @@ def continuous_quasi(table: TypedTable, plugin: str) -> list[str]:
     return quasi
 
 
-def zscores(X: np.ndarray, names: Sequence[str], domain: Mapping[str, Any] | None = None) -> tuple[np.ndarray,
-                                                                                                 list[str]]:
-    """Standardize columns (population std); constant columns become 0 and are reported.
-    ``domain`` (a fragment's ``TypedTable.domain``): the whole table's means and deviations."""
+def standardization(X: np.ndarray, names: Sequence[str],
+                    domain: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The means and population standard deviations (divisor n, ``numpy.std``'s default)
+    :func:`zscores` standardizes the columns of ``X`` by: the columns' own, or with ``domain``
+    (a fragment's ``TypedTable.domain``) the whole table's (DuckDB's ``avg`` and
+    ``stddev_pop``)."""
     mean = X.mean(axis=0)
     std = X.std(axis=0)
     if domain:
@@ -57,6 +59,14 @@ def zscores(X: np.ndarray, names: Sequence[str], domain: Mapping[str, Any] | Non
             dom = domain.get(name)
             if dom is not None and dom.mean is not None and dom.std is not None:
                 mean[j], std[j] = dom.mean, dom.std
+    return mean, std
+
+
+def zscores(X: np.ndarray, names: Sequence[str], domain: Mapping[str, Any] | None = None) -> tuple[np.ndarray,
+                                                                                                 list[str]]:
+    """Standardize columns (population std); constant columns become 0 and are reported.
+    ``domain`` (a fragment's ``TypedTable.domain``): the whole table's means and deviations."""
+    mean, std = standardization(X, names, domain)
     constant = [n for n, s in zip(names, std) if s == 0]
     safe = np.where(std == 0, 1.0, std)
     return (X - mean) / safe, constant

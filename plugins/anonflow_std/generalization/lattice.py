@@ -80,8 +80,8 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import (CLASS, Algorithm, InputError, Metric, Param, Partition, RunError, StepContext, TypedTable,
-                          Typing, mark_generalized, sql_ident, suppression_limit)
+from anonflow.api import (CLASS, ROW, Algorithm, InputError, Metric, Param, Partition, RunError, StepContext,
+                          TypedTable, Typing, mark_generalized, sql_ident, suppression_limit)
 from anonflow.params import ParamError, validate_params
 
 from .. import __version__
@@ -790,8 +790,57 @@ class Lattice(Algorithm):
         ctx.note(f"lattice: chosen node {space.describe(levels)} with {utility.name} = {value:.6g} "
                  f"({evaluated} node(s) scored); {int(ok.sum())} classes, {suppressed} record(s) suppressed "
                  f"(limit {limit})")
+        # the node, for anonflow apply: the release carries it (several levels may hold the same labels)
+        ctx.record_fitted("node", {"quasi": list(quasi), "levels": [int(lv) for lv in levels]})
         claims = {model.name: {k: v for k, v in mparams.items() if v is not None}}
         return TypedTable(None, published_typing(table.typing, quasi), claims, table.hierarchies, stored=out.stored)
+
+    # -- applying the published node to new data (anonflow apply) ---------------------
+
+    def apply(self, table: TypedTable, published: TypedTable, params: Mapping[str, Any], ctx: StepContext,
+              fitted: Mapping[str, Any] | None = None) -> tuple[TypedTable, dict[str, Any]]:
+        """Generalize the new records ``table`` (typed, with the recorded hierarchies) with the
+        node the run chose, as it recorded it (``fitted["node"]``: :func:`recorded_levels`,
+        checked against the published labels). A release made before anonflow recorded the
+        node: each quasi-identifier to the level whose labels its published values are
+        (:func:`published_levels`), with a note. A record whose labels are those of a
+        published class gets that class's ``_class``; other label tuples get new ids after
+        the release's largest, in the order of their labels. Nothing is checked here: the
+        caller re-checks the claimed model on the result."""
+        quasi = list(table.typing.quasi)
+        need_hierarchies(quasi, table.hierarchies, "lattice")
+        recorded = (fitted or {}).get("node")
+        if recorded is not None:
+            levels = recorded_levels(recorded, published, quasi, table.hierarchies)
+            source = "recorded"
+        else:
+            levels = published_levels(published, quasi, table.hierarchies)
+            source = "published labels"
+            ctx.note("lattice: the release records no node (made before anonflow recorded it): the node was read off "
+                     "the published labels")
+        data = table.data
+        for q in quasi:
+            h = table.hierarchies[q]
+            h.check_covers(data.column(q), "apply", str(q))
+            data = data.set_column(data.column_names.index(q), q, h.generalize(data.column(q), levels[q]))
+        drop = [c for c in (CLASS, ROW) if c in data.column_names]
+        data = data.drop_columns(drop)
+        # the release's class of each published label tuple
+        keys = published.data.select(quasi + [CLASS]).group_by(quasi).aggregate([(CLASS, "min")])
+        known = {tuple(r[q] for q in quasi): r[f"{CLASS}_min"] for r in keys.to_pylist()}
+        tuples = list(zip(*(data.column(q).to_pylist() for q in quasi))) if quasi else []
+        fresh = sorted({t for t in tuples if t not in known}, key=lambda t: tuple("" if v is None else v for v in t))
+        top = max(known.values(), default=-1)
+        ids = {**known, **{t: top + 1 + i for i, t in enumerate(fresh)}}
+        data = data.append_column(CLASS, pa.array([ids[t] for t in tuples], type=pa.int64()))
+        node = {q: int(levels[q]) for q in quasi}
+        used = sorted({ids[t] for t in tuples})
+        ctx.note(f"lattice: node [{', '.join(f'{q}={l}' for q, l in node.items())}] applied to {len(tuples)} "
+                 f"record(s): {len(used)} class(es), {len([t for t in set(tuples) if t in known])} of them published "
+                 f"in the release, {len(fresh)} new")
+        out = TypedTable(data, published_typing(table.typing, quasi), published.claims, table.hierarchies)
+        return out, {"node": node, "node_from": source, "classes": len(used),
+                     "release_classes": len({t for t in tuples if t in known}), "new_classes": len(fresh)}
 
     # -- choosing the node --------------------------------------------------------------
 
@@ -896,6 +945,75 @@ class Lattice(Algorithm):
             if better:
                 best, best_value = int(idx), value
         return best, float(best_value), len(candidates)
+
+
+def recorded_levels(recorded: Any, published: TypedTable, quasi: list[str],
+                    hierarchies: Mapping[str, Any]) -> dict[str, int]:
+    """The node a run recorded (``{"quasi": [names], "levels": [level per name]}``), per
+    quasi-identifier: it must name exactly ``quasi``, each level must be one of its
+    hierarchy, and the published values must be labels of that level (else the hierarchy
+    is not the release's, or the node is not its table's); one-line errors."""
+    try:
+        names = [str(q) for q in recorded["quasi"]]
+        levels = [int(lv) for lv in recorded["levels"]]
+        ok = len(names) == len(levels) == len(set(names)) and all(
+            isinstance(lv, int) and not isinstance(lv, bool) for lv in recorded["levels"])
+    except (KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError("lattice: the release's recorded node is not {quasi, levels} of equal length")
+    if sorted(names) != sorted(quasi):
+        raise InputError(f"lattice: the release's recorded node is over {', '.join(names)}, not over the "
+                         f"quasi-identifiers {', '.join(quasi)}")
+    node = dict(zip(names, levels))
+    out: dict[str, int] = {}
+    for q in quasi:
+        h, lv = hierarchies[q], node[q]
+        if not 0 <= lv <= h.height:
+            raise InputError(f"lattice: the release's recorded node has level {lv} for {q!r}, whose hierarchy has "
+                             f"levels 0..{h.height}")
+        if q not in published.columns:
+            raise InputError(f"the release's published table has no column {q!r} (a quasi-identifier)")
+        values = pa.chunked_array([published.data.column(q)]).combine_chunks()
+        present = set(v for v in values.unique().to_pylist() if v is not None)
+        stray = sorted(present - set(h.level(lv).to_pylist()), key=str)
+        if stray:
+            raise InputError(f"lattice: the published value {stray[0]!r} of {q!r} is not a label of the recorded "
+                             f"level {lv} of its hierarchy: the hierarchy or the node is not the release's")
+        out[q] = lv
+    return out
+
+
+def published_levels(published: TypedTable, quasi: list[str], hierarchies: Mapping[str, Any]) -> dict[str, int]:
+    """The node of a published lattice table: for each quasi-identifier, the level of its
+    hierarchy whose labels its published values are. For a release made before anonflow
+    recorded the node (:func:`recorded_levels` reads a recorded one), it is read off the data: the levels whose labels
+    include every published value are the candidates; when several are, they must
+    generalize every value of the hierarchy alike (levels repeating one another), else the
+    node cannot be told and the error says so (one line). A published value that is a label
+    of no level: the hierarchy is not the release's."""
+    levels: dict[str, int] = {}
+    for q in quasi:
+        h = hierarchies[q]
+        values = pa.chunked_array([published.data.column(q)]).combine_chunks() if q in published.columns else None
+        if values is None:
+            raise InputError(f"the release's published table has no column {q!r} (a quasi-identifier)")
+        present = set(v for v in values.unique().to_pylist() if v is not None)
+        candidates = [lv for lv in range(h.height + 1) if present <= set(h.level(lv).to_pylist())]
+        if not candidates:
+            level_sets = [set(h.level(lv).to_pylist()) for lv in range(h.height + 1)]
+            stray = sorted(v for v in present if not any(v in s for s in level_sets))
+            what = (f"the published value {stray[0]!r} is a label of no level" if stray else
+                    "no single level holds all its published values")
+            raise InputError(f"lattice: the hierarchy of {q!r} is not the one the release was made with: {what}")
+        first = h.level(candidates[0])
+        differ = [lv for lv in candidates[1:] if not h.level(lv).equals(first)]
+        if differ:
+            raise InputError(f"lattice: cannot tell the node's level of {q!r} from the published values: levels "
+                             f"{candidates[0]} and {differ[0]} of its hierarchy both hold them and generalize other "
+                             "values differently")
+        levels[q] = candidates[0]
+    return levels
 
 
 def published_typing(typing: Typing, quasi: list[str]) -> Typing:

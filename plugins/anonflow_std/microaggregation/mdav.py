@@ -14,10 +14,10 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable, sql_ident
+from anonflow.api import CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable, sql_ident
 
 from .. import __version__
-from ..common import continuous_quasi, zscores
+from ..common import continuous_quasi, standardization, zscores
 
 
 def publish_group_means(table: TypedTable, columns: list[str], X: np.ndarray, labels: np.ndarray,
@@ -76,6 +76,10 @@ class _Microaggregation(Algorithm):
             Z, constant = zscores(X, quasi, table.domain)
             if constant:
                 ctx.note(f"constant column(s) {', '.join(constant)} carry no distance and were ignored for grouping")
+            # the z-scores' means and population deviations over the whole table, for anonflow apply
+            mean, std = standardization(X, quasi, table.domain)
+            ctx.record_fitted("standardization", {"quasi": list(quasi), "mean": [float(v) for v in mean],
+                                                  "std": [float(v) for v in std]})
         advance = ctx.progress(table.num_rows, self.name)
         done = [0]
 
@@ -88,6 +92,105 @@ class _Microaggregation(Algorithm):
         sizes = np.bincount(labels)
         ctx.note(f"{sizes.size} groups of {int(sizes.min())}..{int(sizes.max())} records")
         return publish_group_means(table, quasi, X, labels, ctx)
+
+
+    def apply(self, table: TypedTable, published: TypedTable, params: Mapping[str, Any], ctx: StepContext,
+              fitted: Mapping[str, Any] | None = None) -> tuple[TypedTable, dict[str, Any]]:
+        """Assign each new record of ``table`` to the nearest published group of the release
+        ``published`` and publish that group's centroid (its published values, ``_class``
+        kept): :func:`nearest_groups`, on z-scores by the run's own standardization (the
+        original table's means and population deviations, ``fitted["standardization"]`` as
+        :meth:`run` recorded it). A release made before anonflow recorded it: the published
+        table's means and deviations, with a note. Nothing is checked here: the caller
+        re-checks the claimed model (each group used must hold at least k new records)."""
+        quasi = continuous_quasi(table, self.name)
+        groups, centroids = published_centroids(published, quasi)
+        X = table.numeric(quasi)
+        source = None
+        if params.get("standardize", True):
+            mean, std, source = applied_standardization(published, quasi, (fitted or {}).get("standardization"))
+            if source != "recorded":
+                ctx.note(f"{self.name}: the release records no standardization (made before anonflow recorded it): "
+                         "z-scores by the published table's means and deviations")
+        else:
+            mean, std = np.zeros(len(quasi)), np.ones(len(quasi))
+        nearest = nearest_groups(X, centroids, mean, std)
+        data = table.data.drop_columns([c for c in (CLASS, ROW) if c in table.data.column_names])
+        for j, name in enumerate(quasi):
+            data = data.set_column(data.column_names.index(name), name,
+                                   pa.array(centroids[nearest, j], type=pa.float64()))
+        data = data.append_column(CLASS, pa.array(groups[nearest], type=pa.int64()))
+        used, counts = np.unique(groups[nearest], return_counts=True)
+        ctx.note(f"{self.name}: {table.num_rows} new record(s) assigned to {used.size} of the release's {groups.size} "
+                 f"groups (nearest centroid, Euclidean on z-scores)")
+        out = TypedTable(data, published.typing, published.claims)
+        return out, {"groups": int(groups.size), "groups_used": int(used.size),
+                     "records_per_group_used": {"min": int(counts.min()) if counts.size else 0,
+                                                "max": int(counts.max()) if counts.size else 0},
+                     "standardized": bool(params.get("standardize", True)),
+                     **({"standardization": source} if source else {})}
+
+
+def applied_standardization(published: TypedTable, quasi: list[str],
+                            recorded: Any) -> tuple[np.ndarray, np.ndarray, str]:
+    """The means and deviations to z-score new records by: the ones the run recorded
+    (``{"quasi", "mean", "std"}``, checked to name exactly ``quasi`` with finite values;
+    returned in ``quasi``'s order), ``"recorded"``; or, when none is recorded, the published
+    table's, ``"published table"``."""
+    if recorded is None:
+        P = published.numeric(quasi)
+        return P.mean(axis=0), P.std(axis=0), "published table"
+    try:
+        names = [str(q) for q in recorded["quasi"]]
+        mean = np.asarray(recorded["mean"], dtype=np.float64)
+        std = np.asarray(recorded["std"], dtype=np.float64)
+        ok = len(names) == mean.size == std.size and np.isfinite(mean).all() and np.isfinite(std).all() \
+            and (std >= 0).all()
+    except (KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError("the release's recorded standardization is not {quasi, mean, std} of equal length with "
+                         "finite values")
+    if sorted(names) != sorted(quasi):
+        raise InputError(f"the release's recorded standardization is over {', '.join(names)}, not over the "
+                         f"quasi-identifiers {', '.join(quasi)}")
+    order = [names.index(q) for q in quasi]
+    return mean[order], std[order], "recorded"
+
+
+def published_centroids(published: TypedTable, quasi: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The release's groups (``_class`` ids, ascending) and their centroids (one row each,
+    the published values of ``quasi``), checked: every record of a group publishes the
+    same values."""
+    if CLASS not in published.columns:
+        raise InputError("the release's published table has no _class column: not a microaggregated table")
+    missing = [q for q in quasi if q not in published.columns]
+    if missing:
+        raise InputError(f"the release's published table has no column {missing[0]!r} (a quasi-identifier)")
+    cls = np.asarray(published.data.column(CLASS).to_numpy(zero_copy_only=False))
+    P = published.numeric(quasi)
+    groups, first, inverse = np.unique(cls, return_index=True, return_inverse=True)
+    centroids = P[first]
+    if not np.array_equal(centroids[inverse.reshape(-1)], P, equal_nan=True):
+        raise InputError("the release's groups do not each publish one centroid (records of one _class hold "
+                         "different values): not a microaggregated table")
+    return groups.astype(np.int64), centroids
+
+
+def nearest_groups(X: np.ndarray, centroids: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """Per row of ``X``, the index of the nearest row of ``centroids``: squared Euclidean
+    distance on z-scores ``(x - mean) / std`` (SPEC section 8; a constant column, std 0,
+    carries no distance), ties to the lower index. Computed in blocks of rows."""
+    safe = np.where(std == 0, 1.0, std)
+    w = np.where(std == 0, 0.0, 1.0)
+    C = (centroids - mean) / safe * w
+    out = np.empty(X.shape[0], dtype=np.int64)
+    block = max(1, (1 << 24) // max(1, C.shape[0] * C.shape[1]))  # ~128 MB of differences at a time
+    for start in range(0, X.shape[0], block):
+        Z = (X[start:start + block] - mean) / safe * w
+        d = ((Z[:, None, :] - C[None, :, :]) ** 2).sum(axis=2)
+        out[start:start + block] = np.argmin(d, axis=1)
+    return out
 
 
 class Mdav(_Microaggregation):

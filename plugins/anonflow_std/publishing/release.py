@@ -806,6 +806,8 @@ class Release(Publisher):
         if summary.get("suppressed") is not None:  # records the algorithm suppressed, and its cap in records
             rec["suppressed"] = summary["suppressed"]
             rec["suppression_limit"] = summary.get("suppression_limit")
+        if s["kind"] == "algorithm" and summary.get("fitted"):  # what it fitted, for anonflow apply
+            rec["fitted"] = summary["fitted"]
         if s["kind"] == "publish":
             rec["files"] = [{"path": o["path"] if "://" in o["path"] else  # a database's table: its URL
                              os.path.relpath(o["path"], release_dir).replace(os.sep, "/"),
@@ -835,6 +837,14 @@ class Release(Publisher):
         from .verify import verify  # verify.py imports this module
 
         return verify(release, rerun=rerun, db=db, sources=sources, key=key)
+
+    def apply(self, release: Path, new_data: Path, out: Path | None = None, *, hierarchies: Path | None = None,
+              suppression: float | None = None) -> dict[str, Any]:
+        """Publish new records as the release published its table (``anonflow apply``; see
+        :mod:`anonflow_std.publishing.apply`)."""
+        from .apply import apply_release  # apply.py imports this module
+
+        return apply_release(release, new_data, out, hierarchies=hierarchies, suppression=suppression)
 
     def keygen(self, path: Path) -> tuple[Path, str]:
         """Write an Ed25519 key pair for signed releases (``anonflow keygen``)."""

@@ -1167,6 +1167,9 @@ FILE_SHA = re.compile(r"^files\[(\d+)\]\.sha256$")
 #: the sha256 of another publish step's file (not in the release; its step's input hash and
 #: rows are compared as fields)
 STEP_FILE_SHA = re.compile(r"^steps\[\d+\]\.files\[\d+\]\.sha256$")
+#: what an algorithm step fitted (``steps[i].fitted``): a release written before anonflow
+#: recorded it has none, which a re-run with newer code adds (expected, not a data difference)
+STEP_FITTED = re.compile(r"^steps\[\d+\]\.fitted$")
 #: the report page's parts that show the versions or are drawn by matplotlib
 REPORT_VOLATILE = re.compile(r"<footer>.*?</footer>|<svg\b.*?</svg>", re.S)
 
@@ -1302,6 +1305,7 @@ def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, 
     diffs = diff_json({k: v for k, v in manifest.items() if k not in skip},
                       {k: v for k, v in again.items() if k not in skip})
     expected: list[str] = []        # fields that differ because the code does
+    newly_fitted: list[str] = []    # steps[i].fitted the release (older code) does not record
     data_diffs = 0
     for path, a, b in diffs:
         if code_differs and CODE_FIELDS.match(path):
@@ -1312,6 +1316,9 @@ def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, 
         if code_differs and STEP_FILE_SHA.match(path):
             expected.append(path)
             continue
+        if code_differs and STEP_FITTED.match(path) and a == "<absent>":
+            newly_fitted.append(path)
+            continue
         f.add(False, f"manifest field {path}", f"recorded {show_value(a)}, re-run gives {show_value(b)}")
         data_diffs += 1
     if expected:
@@ -1321,6 +1328,12 @@ def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, 
                                            f"{len(expected) - fps - others} version field(s)"
                                            + (f" and {others} sha256 of other publish steps' files" if others else "")
                                            + ": expected with other code, not data differences", show=True)
+
+    if newly_fitted:
+        f.add(True, "re-run fitted values", f"the re-run records what {len(newly_fitted)} algorithm step(s) fitted "
+                                            f"({', '.join(p.removesuffix('.fitted') for p in newly_fitted)}.fitted), "
+                                            "which the release, written before anonflow recorded it, does not: "
+                                            "expected with newer code, not a data difference", show=True)
 
     signed = manifest.get("signature") is not None or again.get("signature") is not None
     entries = {e.get("path"): e for e in manifest.get("files") or [] if isinstance(e, Mapping)}

@@ -1,0 +1,332 @@
+"""``anonflow apply RELEASE NEW_DATA``: publish a new batch of records as a release published
+its table (docs/releases.md, "Applying a release to new data").
+
+1. The release is read (``manifest.json``, its integrity digest and the published table's
+   sha256 checked): its layout (a lossy-join release is refused), the algorithm step that
+   made the released table and the algorithm's plugin, which must offer ``apply``
+   (``lattice``, the MDAV family; ``l-clustering`` and the GCA family do not).
+2. The files the workflow's preparation read (hierarchy and grading files) are found by
+   their recorded sha256, in ``--hierarchies DIR`` or beside the workflow (the folder above
+   the release's output folder, as ``verify --rerun`` finds it), and copied pinned into a
+   scratch folder.
+3. The new data goes through the recorded preparation steps (:func:`anonflow.apply.prepare_batch`):
+   the same typing, dropped identifiers, types and hierarchies.
+4. The algorithm maps it onto the release (``Algorithm.apply``, given what the run fitted:
+   the algorithm step's ``fitted`` in the manifest): the lattice applies the recorded node,
+   microaggregation assigns each record to its nearest published group on z-scores by the
+   recorded standardization.
+5. The release's claimed models are checked **on the new batch alone** with the checks
+   ``verify`` derives from the manifest (each evaluate step's privacy metrics, each claim
+   with its claimed parameters); with a suppression allowance (``--suppression``, default the
+   algorithm's recorded cap) the records of failing classes are withheld first, if they are
+   few enough. A check that does not hold: exit 1, nothing written.
+6. The folder is written whole (:func:`anonflow.apply.write_folder`): the data files as the
+   release's (Parquet with the typing, CSV) and ``application.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from anonflow.api import CLASS, ROW, InputError, Partition, RunError, TypedTable, Typing, file_sha256, suppression_limit
+from anonflow.lineage import canonical_json
+
+from .. import __version__
+from .checks import claim_checks, derive_checks, run_check, scratch_context, threshold_misses
+from .release import (MANIFEST, RELEASE_KEY, TYPING_KEY, file_entry, integrity, load_manifest, load_release_table,
+                      manifest_bytes, plain, regular_sha256, relative_inside, write_csv, write_parquet)
+
+APPLICATION = "application.json"
+FORMAT = "anonflow-application"
+
+
+def _release_base(release: Path, manifest: Mapping[str, Any]) -> Path | None:
+    """The workflow's folder as ``verify --rerun`` guesses it: the folder above the output
+    folder (the release directory with its recorded path taken off its end); never the
+    filesystem root or the home folder."""
+    rel_path = relative_inside(((manifest.get("release") or {}).get("params") or {}).get("path"))
+    here = Path(os.path.realpath(release))
+    parts = rel_path.split("/") if rel_path else []
+    out_dir = here.parents[len(parts) - 1] if parts and len(parts) < len(here.parts) and \
+        list(here.parts[-len(parts):]) == parts else here.parent
+    base = out_dir.parent
+    try:
+        home = Path(os.path.realpath(Path.home()))
+    except (RuntimeError, KeyError, OSError):
+        home = None
+    if base == out_dir or base == Path(base.anchor) or base == home:
+        return None
+    return base
+
+
+def _place_files(release: Path, manifest: Mapping[str, Any], given: Path | None, scratch: Path) -> list[dict]:
+    """Copy the hierarchy and grading files the recorded workflow reads into ``scratch`` at
+    their recorded relative paths, each found by its recorded sha256: in ``given``
+    (``--hierarchies DIR``: ``DIR/<recorded path>``, else ``DIR/<file name>``), else beside
+    the workflow. Returns what was placed, for the application's record."""
+    from .verify import _copy_pinned, _Refused, recorded_files
+
+    files, problems = recorded_files(manifest)
+    wanted = {k: v for k, v in files.items() if not v["what"].startswith("source ")}
+    if problems:
+        bad = [p for p in problems if not p.startswith("source ")]
+        if bad:
+            raise InputError(f"the release's manifest names a file apply will not read: {bad[0]}")
+    base = Path(os.path.realpath(given)) if given is not None else _release_base(release, manifest)
+    if given is not None and not base.is_dir():
+        raise InputError(f"--hierarchies {given} is not a folder")
+    placed = []
+    for rel, info in sorted(wanted.items()):
+        where = [(base, rel)] if base is not None else []
+        if given is not None and "/" in rel:
+            where.append((base, rel.rsplit("/", 1)[1]))
+        found = None
+        for folder, name in where:
+            try:
+                digest = _copy_pinned(folder, name, scratch / rel, info["sha256"], info["text"])
+            except FileNotFoundError:
+                continue
+            except _Refused as exc:
+                raise InputError(f"{info['what']} ({folder / name}) {exc}: not read") from None
+            if digest != info["sha256"]:
+                raise InputError(f"{info['what']} ({folder / name}) is not the file the release was made with: its "
+                                 f"sha256 differs from the recorded {info['sha256'][:16]}...")
+            found = folder / name
+            break
+        if found is None:
+            looked = f"beside the workflow ({base / rel})" if given is None and base is not None else \
+                f"in --hierarchies {given}" if given is not None else "beside the workflow (its folder is unknown)"
+            raise InputError(f"{info['what']} ({rel}, sha256 {info['sha256'][:16]}...) was not found {looked}; give "
+                             "the folder that holds it with --hierarchies DIR")
+        placed.append({"path": rel, "sha256": info["sha256"], "what": info["what"]})
+    return placed
+
+
+def _algorithm_step(manifest: Mapping[str, Any], registry: Any) -> tuple[dict[str, Any], Any]:
+    rel = manifest["release"]
+    name = (rel.get("input") or {}).get("step")
+    step = next((s for s in manifest.get("steps") or [] if isinstance(s, Mapping) and s.get("step") == name), None)
+    if step is None:
+        raise InputError(f"the release's manifest records no step {name!r} (the released table's)")
+    if step.get("kind") != "algorithm":
+        raise InputError(f"the released table is made by step {name!r} ({step.get('uses')}), not by an algorithm: "
+                         "apply maps new data through the algorithm that published the release")
+    uses = step.get("uses")
+    if not registry.has("algorithm", uses):
+        raise InputError(f"the release was made by algorithm {uses!r}, which is not installed")
+    obj = registry.get("algorithm", uses).obj
+    if not callable(getattr(obj, "apply", None)):
+        able = [n for n in registry.names("algorithm") if callable(getattr(registry.get("algorithm", n).obj, "apply",
+                                                                           None))]
+        raise InputError(f"the release was made by {uses!r}, which cannot be applied to new data (it offers no apply: "
+                         "what it publishes is fitted to the records it was given); algorithms that can: "
+                         f"{', '.join(able) or 'none installed'}")
+    return dict(step), obj
+
+
+def _class_verdicts(table: TypedTable, claims: Mapping[str, Any], registry: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per record, its class index (by ``_class``), and per class whether every claimed model
+    that can judge classes (``Metric.partition_holds``) holds for it."""
+    from anonflow.api import Metric
+
+    cls = np.asarray(table.data.column(CLASS).to_numpy(zero_copy_only=False))
+    _, inverse = np.unique(cls, return_inverse=True)
+    inverse = inverse.reshape(-1).astype(np.int64)
+    sizes = np.bincount(inverse).astype(np.int64)
+    ok = np.ones(sizes.size, dtype=bool)
+    for name, given in sorted((claims or {}).items()):
+        if not registry.has("metric", name):
+            continue
+        obj = registry.get("metric", name).obj
+        if type(obj).partition_holds is Metric.partition_holds:
+            continue
+        from anonflow.params import validate_params
+
+        declared = {p.name for p in obj.params}
+        try:
+            mparams = validate_params(obj.params, {k: v for k, v in (given or {}).items() if k in declared})
+        except Exception:
+            continue
+        try:
+            ok &= np.asarray(obj.partition_holds(Partition(inverse, sizes, table), mparams), dtype=bool)
+        except Exception:
+            continue
+    return inverse, ok
+
+
+def _shown(result: Mapping[str, Any] | None) -> str:
+    return ", ".join(f"{k} = {v:g}" for k, v in (result or {}).items() if isinstance(v, (int, float)))
+
+
+def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hierarchies: Path | None = None,
+                  suppression: float | None = None) -> dict[str, Any]:
+    """Apply the release at ``release`` to ``new_data``, writing the folder ``out`` (default
+    ``<release>-applied``); returns the application's record. Raises InputError (exit 2) for
+    input that cannot be applied, RunError (exit 1) when the release's guarantee would not
+    hold on the new batch; nothing is written then."""
+    from anonflow.apply import check_output_folder, prepare_batch, write_folder
+    from anonflow.plugins import get_registry
+    from anonflow.store import Store
+
+    release = Path(release)
+    new_data = Path(new_data)
+    out = Path(out) if out is not None else release.with_name(release.name.rstrip("/") + "-applied")
+    check_output_folder(out)
+    manifest = load_manifest(release)
+    registry = get_registry()
+    for key in ("release", "steps", "files", "workflow", "integrity"):
+        if not isinstance(manifest.get(key), (dict, list)):
+            raise InputError(f"{release / MANIFEST}: field {key!r} is missing or not of its kind")
+    if integrity(manifest)["manifest"] != (manifest.get("integrity") or {}).get("manifest"):
+        raise InputError(f"{release / MANIFEST} does not match its own integrity digest (it was edited after the "
+                         "release was written); check it with anonflow verify")
+    rel = manifest["release"]
+    if rel.get("layout") == "lossy-join":
+        raise InputError("a lossy-join release cannot be applied to new data: its classes and their sensitive "
+                         "counts are fitted to the records it was made from, and its QI table publishes quasi-"
+                         "identifiers exactly (a new record's values would be published as they are)")
+    step, algo = _algorithm_step(manifest, registry)
+    entry = file_entry(manifest, "table")
+    try:
+        digest = regular_sha256(release / str(entry.get("path")))
+    except OSError as exc:
+        raise InputError(f"{entry.get('path')} of the release cannot be read: {exc.strerror or exc}") from None
+    if digest != entry.get("sha256"):
+        raise InputError(f"{entry.get('path')} is not the release's published table: its sha256 differs from the "
+                         "manifest's; check the release with anonflow verify")
+    if not new_data.is_file():
+        raise InputError(f"new data {new_data} is not a file")
+    new_sha = regular_sha256(new_data)
+    manifest_sha = file_sha256(release / MANIFEST)
+    params = dict(step.get("params") or {})
+    cap = algo.suppression_cap(params) if suppression is None else float(suppression)
+    if not 0.0 <= cap <= 1.0 or math.isnan(cap):
+        raise InputError(f"--suppression must be a fraction in [0, 1], got {suppression}")
+
+    scratch = Path(tempfile.mkdtemp(prefix="anonflow-apply-"))
+    db = Store(":memory:")
+    try:
+        placed = _place_files(release, manifest, hierarchies, scratch)
+        source_in = (step.get("inputs") or [{}])[0].get("name")
+        overrides = [tuple(o) for o in manifest.get("overrides") or [] if isinstance(o, list) and len(o) == 3]
+        batch = prepare_batch(manifest["workflow"]["text"], source_in, new_data, scratch, registry,
+                              seed=manifest.get("seed"), overrides=overrides)
+        if batch.num_rows == 0:
+            raise InputError(f"new data {new_data.name}: no records left after the recorded preparation")
+        published = load_release_table(release, manifest)
+        sql = lambda q, p=None, **t: db.sql(q, p, **t)  # noqa: E731
+        ctx = scratch_context(sql, scratch, "apply")
+        actx = scratch_context(sql, scratch, step["step"])  # the algorithm's notes go into the record
+        fitted = step.get("fitted") if isinstance(step.get("fitted"), Mapping) else {}
+        applied, record = algo.apply(batch, published, params, actx, fitted=fitted)
+
+        # the published columns, in the release's order
+        typing = Typing.from_json(rel["typing"])
+        names = [a.name for a in typing.attributes]
+        data = applied.data
+        missing = [c for c in names + [CLASS] if c not in data.column_names]
+        if missing:
+            raise RunError(f"{step['uses']}: apply returned no column {missing[0]!r}")
+        data = data.select(names + [CLASS])
+        claims = rel.get("claims") or {}
+        n = data.num_rows
+
+        # withhold the records of failing classes, within the allowance
+        table = TypedTable(data.append_column(ROW, pa.array(np.arange(n, dtype=np.int64))), typing, claims)
+        inverse, ok = _class_verdicts(table, claims, registry)
+        failing = int((~ok[inverse]).sum())
+        limit = suppression_limit(cap, n)
+        withheld = 0
+        if failing and failing <= limit:
+            keep = ok[inverse]
+            data = data.filter(pa.array(keep))
+            withheld = failing
+            table = TypedTable(data.append_column(ROW, pa.array(np.arange(data.num_rows, dtype=np.int64))), typing,
+                               claims)
+        if data.num_rows == 0:
+            raise RunError(f"apply: every record of the new batch would be withheld ({n}); nothing to publish")
+
+        # the release's checks, on the new batch alone
+        derived = derive_checks(manifest, registry)
+        extra, notes = claim_checks(claims, derived, registry)
+        bad_notes = [f"{what}: {detail}" for okay, what, detail in notes if not okay]
+        if bad_notes:
+            raise RunError(f"apply: {bad_notes[0]}")
+        checks = []
+        for c in derived + extra:
+            if not c["recheck"]:
+                raise RunError(f"apply: the release's check {c['check']} needs the original table; it cannot be "
+                               "checked on an applied batch")
+            result = run_check(c, table, registry, ctx)
+            h = result.get(f"{c['check']}.holds")
+            checks.append({"check": c["check"], "params": c["params"], "claim": bool(c.get("claim")),
+                           "evaluated": c.get("evaluated"), "result": result,
+                           "holds": None if h is None else h == 1.0})
+        failed = [f"{'claimed ' if c['claim'] else ''}{c['check']} ({_shown(c['result'])})"
+                  for c in checks if c["holds"] is False]
+        failed += [m for c in checks if not c["claim"] for m in threshold_misses(c, manifest["steps"])]
+        if failed:
+            why = (f"; {failing} of its {n} records are in classes that fail the claimed model" if failing else "")
+            hint = ""
+            if failing and failing > limit:
+                need = min(math.ceil(failing / n * 1000 - 1e-9) / 1000, 1.0)
+                while need < 1.0 and suppression_limit(need, n) < failing:
+                    need = min(round(need + 0.001, 3), 1.0)
+                hint = (f", more than the suppression allowance allows (--suppression {cap:g}: at most {limit}); "
+                        f"withholding them needs --suppression {need:g}")
+            raise RunError(f"apply: the new batch alone does not satisfy the release's guarantee: "
+                           + "; ".join(failed) + why + hint + "; nothing was written")
+
+        stem = Path(str(entry["path"])).stem
+        meta = {TYPING_KEY: canonical_json(rel["typing"], strict=True),
+                RELEASE_KEY: canonical_json({"role": "table", "layout": "table", "class_column": CLASS,
+                                             "applied": True}, strict=True)}
+        compression = (rel.get("params") or {}).get("compression", "zstd")
+        result: dict[str, Any] = {}
+
+        def write(tmp: Path) -> None:
+            files = []
+            for fmt in ("parquet", "csv"):
+                path = tmp / f"{stem}.{fmt}"
+                if fmt == "parquet":
+                    write_parquet(path, data, meta, compression)
+                else:
+                    write_csv(path, data)
+                files.append({"path": path.name, "role": "table", "format": fmt, "sha256": file_sha256(path),
+                              "rows": data.num_rows})
+            record_json = plain({
+                "format": FORMAT, "schema_version": 1,
+                "anonflow": {"version": __version__},
+                "release": {"manifest_sha256": manifest_sha, "workflow": manifest["workflow"].get("name"),
+                            "step": step["step"], "uses": step["uses"], "plugin_version": step.get("plugin_version"),
+                            "params": params, "claims": claims},
+                "new_data": {"file": new_data.name, "sha256": new_sha, "rows": batch.num_rows},
+                "files_read": placed,
+                "applied": record,
+                "notes": list(actx.notes),
+                "suppression": {"allowance": cap, "limit": limit, "withheld": withheld},
+                "checked": "the new batch alone, not its union with the release",
+                "checks": checks,
+                "files": files,
+            })
+            body = json.dumps(record_json, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+            (tmp / APPLICATION).write_bytes((body + "\n").encode())
+            result.update(record_json)
+
+        write_folder(out, write)
+        result["out"] = str(out)
+        return result
+    finally:
+        db.close()
+        shutil.rmtree(scratch, ignore_errors=True)
