@@ -26,7 +26,6 @@ its table (docs/releases.md, "Applying a release to new data").
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -37,7 +36,6 @@ from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from anonflow.api import CLASS, ROW, InputError, Partition, RunError, TypedTable, Typing, file_sha256, suppression_limit
 from anonflow.lineage import canonical_json
@@ -45,29 +43,19 @@ from anonflow.lineage import canonical_json
 from .. import __version__
 from .checks import claim_checks, derive_checks, run_check, scratch_context, threshold_misses
 from .release import (MANIFEST, RELEASE_KEY, TYPING_KEY, file_entry, integrity, load_manifest, load_release_table,
-                      manifest_bytes, plain, regular_sha256, relative_inside, write_csv, write_parquet)
+                      plain, regular_sha256, write_csv, write_parquet)
 
 APPLICATION = "application.json"
 FORMAT = "anonflow-application"
 
 
 def _release_base(release: Path, manifest: Mapping[str, Any]) -> Path | None:
-    """The workflow's folder as ``verify --rerun`` guesses it: the folder above the output
-    folder (the release directory with its recorded path taken off its end); never the
-    filesystem root or the home folder."""
-    rel_path = relative_inside(((manifest.get("release") or {}).get("params") or {}).get("path"))
-    here = Path(os.path.realpath(release))
-    parts = rel_path.split("/") if rel_path else []
-    out_dir = here.parents[len(parts) - 1] if parts and len(parts) < len(here.parts) and \
-        list(here.parts[-len(parts):]) == parts else here.parent
-    base = out_dir.parent
-    try:
-        home = Path(os.path.realpath(Path.home()))
-    except (RuntimeError, KeyError, OSError):
-        home = None
-    if base == out_dir or base == Path(base.anchor) or base == home:
-        return None
-    return base
+    """The workflow's folder as ``verify --rerun`` guesses it (:func:`verify.guessed_base`);
+    None when that is the filesystem root or the home folder."""
+    from .verify import guessed_base
+
+    _, base, allowed = guessed_base(release, manifest)
+    return base if allowed else None
 
 
 def _place_files(release: Path, manifest: Mapping[str, Any], given: Path | None, scratch: Path) -> list[dict]:
@@ -285,7 +273,7 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
                     need = min(round(need + 0.001, 3), 1.0)
                 hint = (f", more than the suppression allowance allows (--suppression {cap:g}: at most {limit}); "
                         f"withholding them needs --suppression {need:g}")
-            raise RunError(f"apply: the new batch alone does not satisfy the release's guarantee: "
+            raise RunError("apply: the new batch alone does not satisfy the release's guarantee: "
                            + "; ".join(failed) + why + hint + "; nothing was written")
 
         stem = Path(str(entry["path"])).stem

@@ -553,6 +553,24 @@ def _locate(wanted: Mapping[str, Mapping[str, Any]], base: Path | None,
     return located, reasons
 
 
+def guessed_base(release: Path, manifest: Mapping[str, Any]) -> tuple[Path, Path, bool]:
+    """``(out_dir, base, allowed)``: the output folder the release was written into (the
+    release directory with its recorded path taken off its end) and the folder above it, where
+    a re-run (and ``anonflow apply``) looks for the files the workflow read; ``allowed`` is
+    False when that folder is the filesystem root or the home folder, which are never searched."""
+    rel_path = relative_inside(((manifest.get("release") or {}).get("params") or {}).get("path"))
+    here = Path(os.path.realpath(release))
+    parts = rel_path.split("/") if rel_path else []
+    out_dir = here.parents[len(parts) - 1] if parts and len(parts) < len(here.parts) and \
+        list(here.parts[-len(parts):]) == parts else here.parent
+    base = out_dir.parent
+    try:
+        home = Path(os.path.realpath(Path.home()))
+    except (RuntimeError, KeyError, OSError):
+        home = None
+    return out_dir, base, not (base == out_dir or base == Path(base.anchor) or base == home)
+
+
 def sources_base(release: Path, manifest: Mapping[str, Any], given: Path | None) -> tuple[Path | None, str]:
     """The workflow file's folder, against which the recorded files resolve, and a sentence
     saying which folder it is and why (or, when there is none, why not).
@@ -571,17 +589,8 @@ def sources_base(release: Path, manifest: Mapping[str, Any], given: Path | None)
             return None, f"--sources {given} is not a folder"
         return base, f"{base} (given with --sources)"
     paths = [s["path"] for s in manifest.get("sources") or [] if isinstance(s, Mapping) and s.get("path")]
-    rel_path = relative_inside(((manifest.get("release") or {}).get("params") or {}).get("path"))
-    here = Path(os.path.realpath(release))
-    parts = rel_path.split("/") if rel_path else []
-    out_dir = here.parents[len(parts) - 1] if parts and len(parts) < len(here.parts) and \
-        list(here.parts[-len(parts):]) == parts else here.parent
-    base = out_dir.parent
-    try:
-        home = Path(os.path.realpath(Path.home()))
-    except (RuntimeError, KeyError, OSError):
-        home = None
-    if base == out_dir or base == Path(base.anchor) or base == home:
+    out_dir, base, allowed = guessed_base(release, manifest)
+    if not allowed:
         return None, (f"the folder above the output folder {out_dir} is {base}, the filesystem root or the home "
                       "folder, which is never searched")
     missing = [p for p in paths if relative_inside(p) is None or not_regular(base / relative_inside(p)) is not None]
