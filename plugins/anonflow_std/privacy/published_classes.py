@@ -13,17 +13,17 @@ import pyarrow as pa
 
 from anonflow.api import CLASS, InputError, Param, Partition, StepContext, TypedTable
 from anonflow.hierarchy import value_keys
-from anonflow_std.common import real_counts
+from anonflow_std.common import EPS, real_counts
+from anonflow_std.privacy.counts import SENSITIVE
 
 __all__ = ["BY", "EPS", "SENSITIVE", "published_classes", "real_matrix"]
 
-#: slack on floating-point comparisons, the same in SQL and in ``partition_holds``
-EPS = 1e-9
-
+#: ``by`` of these checks: unlike the older checks' (:data:`counts.BY`, ``_class`` when
+#: present), the default is the published QI values, what an attacker sees. ``EPS`` (the
+#: slack on floating-point comparisons, the same in SQL and in ``partition_holds``) and
+#: ``SENSITIVE`` are the package's.
 BY = Param("by", "str", default=None, nullable=True, choices=("values", "class"),
            help="classes: records sharing the published QI values (default: what an attacker sees), or sharing _class")
-SENSITIVE = Param("sensitive", "str", default=None, nullable=True,
-                  help="the sensitive attribute (default: the only one typed)")
 
 
 def published_classes(table: TypedTable, params: Mapping[str, Any], plugin: str, ctx: StepContext,

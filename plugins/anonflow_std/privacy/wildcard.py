@@ -293,25 +293,15 @@ def compatible_counts_codes(codes: np.ndarray, weights: np.ndarray | None = None
     with it. With ``query`` omitted each row counts itself. float64 when weights are floats,
     else int64."""
     codes = np.asarray(codes, dtype=np.int64)
-    n, m = codes.shape
+    n = codes.shape[0]
     w = np.ones(n, dtype=np.int64) if weights is None else np.asarray(weights)
     qry = codes if query is None else np.asarray(query, dtype=np.int64)
-    dpat, qpat = _patterns_of(codes), _patterns_of(qry)
     out = np.zeros(len(qry), dtype=w.dtype)
     if len(qry) == 0 or n == 0:
         return out
-    dp_unique = np.unique(dpat)
-    joins = {int(p): sorted({int(p) & int(q) for q in dp_unique}) for p in np.unique(qpat)}
-    _guard(joins, m, max_patterns)
-    for p, subsets in joins.items():
-        qrows = np.flatnonzero(qpat == p)
-        masked = dpat & p
-        for s in subsets:
-            drows = np.flatnonzero(masked == s)
-            cols = _bits(s, m)
-            gq, gd, g = _group_ids(qry[np.ix_(qrows, cols)], codes[np.ix_(drows, cols)])
-            sums = np.bincount(gd, weights=w[drows], minlength=g)
-            out[qrows] += sums[gq].astype(out.dtype)
+    for qrows, drows, gq, gd, g in _compatible_groups(codes, qry, max_patterns):
+        sums = np.bincount(gd, weights=w[drows], minlength=g)
+        out[qrows] += sums[gq].astype(out.dtype)
     return out
 
 
@@ -327,6 +317,19 @@ def compatible_min_codes(codes: np.ndarray, values: np.ndarray, query: np.ndarra
     out = np.full(len(qry), top, dtype=np.int64)
     if len(qry) == 0 or len(codes) == 0:
         return out
+    for qrows, drows, gq, gd, g in _compatible_groups(codes, qry, max_patterns):
+        best = np.full(g, top, dtype=np.int64)
+        np.minimum.at(best, gd, vals[drows])
+        out[qrows] = np.minimum(out[qrows], best[gq])
+    return out
+
+
+def _compatible_groups(codes: np.ndarray, qry: np.ndarray, max_patterns: int):
+    """For each pair (null pattern p of a query row, the non-null columns s that p shares with
+    some data row's pattern): ``(qrows, drows, gq, gd, g)`` -- the query rows with pattern p,
+    the data rows whose non-null columns meet p's in exactly s, and their group ids (of g)
+    over the columns s; a query row and a data row are compatible exactly when they fall in
+    one group of one pair."""
     m = codes.shape[1]
     dpat, qpat = _patterns_of(codes), _patterns_of(qry)
     dp_unique = np.unique(dpat)
@@ -339,10 +342,7 @@ def compatible_min_codes(codes: np.ndarray, values: np.ndarray, query: np.ndarra
             drows = np.flatnonzero(masked == s)
             cols = _bits(s, m)
             gq, gd, g = _group_ids(qry[np.ix_(qrows, cols)], codes[np.ix_(drows, cols)])
-            best = np.full(g, top, dtype=np.int64)
-            np.minimum.at(best, gd, vals[drows])
-            out[qrows] = np.minimum(out[qrows], best[gq])
-    return out
+            yield qrows, drows, gq, gd, g
 
 
 def compatible_counts_reference(rows: Sequence[Sequence[Any]] | np.ndarray) -> np.ndarray:
