@@ -825,22 +825,39 @@ class Lattice(Algorithm):
             data = data.set_column(data.column_names.index(q), q, h.generalize(data.column(q), levels[q]))
         drop = [c for c in (CLASS, ROW) if c in data.column_names]
         data = data.drop_columns(drop)
-        # the release's class of each published label tuple
+        # each record's class, in DuckDB: the release's class of its label tuple, or a new id
+        # after the release's largest, new tuples numbered in the order of their labels
+        cols = [f"_q{i}" for i in range(len(quasi))]
         keys = published.data.select(quasi + [CLASS]).group_by(quasi).aggregate([(CLASS, "min")])
-        known = {tuple(r[q] for q in quasi): r[f"{CLASS}_min"] for r in keys.to_pylist()}
-        tuples = list(zip(*(data.column(q).to_pylist() for q in quasi))) if quasi else []
-        fresh = sorted({t for t in tuples if t not in known}, key=lambda t: tuple("" if v is None else v for v in t))
-        top = max(known.values(), default=-1)
-        ids = {**known, **{t: top + 1 + i for i, t in enumerate(fresh)}}
-        data = data.append_column(CLASS, pa.array([ids[t] for t in tuples], type=pa.int64()))
+        known = pa.table({**{c: keys.column(q) for c, q in zip(cols, quasi)}, "_id": keys.column(f"{CLASS}_min")})
+        batch = pa.table({**{c: data.column(q) for c, q in zip(cols, quasi)},
+                          "_pos": pa.array(np.arange(data.num_rows, dtype=np.int64))})
+        def same(x: str, y: str) -> str:
+            return " AND ".join(f"{x}.{c} IS NOT DISTINCT FROM {y}.{c}" for c in cols) or "true"
+
+        label = ", ".join(f"coalesce(CAST({c} AS VARCHAR), '')" for c in cols) or "1"
+        sel = ", ".join(cols)
+        ids = ctx.sql(f"""
+            WITH fresh AS (SELECT DISTINCT {sel} FROM b WHERE NOT EXISTS (SELECT 1 FROM k WHERE {same('b', 'k')})),
+                 numbered AS (SELECT {sel}, (SELECT coalesce(max(_id), -1) FROM k)
+                                            + row_number() OVER (ORDER BY {label}) AS _id FROM fresh),
+                 every AS (SELECT {sel}, _id, true AS _known FROM k
+                           UNION ALL SELECT {sel}, _id, false FROM numbered)
+            SELECT b._pos, e._id, e._known FROM b JOIN every e ON {same('b', 'e')}
+            ORDER BY b._pos""", b=batch, k=known)
+        if ids.num_rows != data.num_rows:  # every label tuple has exactly one id
+            raise RunError(f"lattice apply: {ids.num_rows} class ids for {data.num_rows} records")
+        class_ids = ids.column("_id").to_numpy().astype(np.int64)
+        data = data.append_column(CLASS, pa.array(class_ids, type=pa.int64()))
         node = {q: int(levels[q]) for q in quasi}
-        used = sorted({ids[t] for t in tuples})
-        ctx.note(f"lattice: node [{', '.join(f'{q}={l}' for q, l in node.items())}] applied to {len(tuples)} "
-                 f"record(s): {len(used)} class(es), {len([t for t in set(tuples) if t in known])} of them published "
-                 f"in the release, {len(fresh)} new")
+        used, first = np.unique(class_ids, return_index=True)
+        in_release = int(ids.column("_known").to_numpy(zero_copy_only=False)[first].sum())
+        fresh = int(used.size) - in_release
+        ctx.note(f"lattice: node [{', '.join(f'{q}={l}' for q, l in node.items())}] applied to {data.num_rows} "
+                 f"record(s): {used.size} class(es), {in_release} of them published in the release, {fresh} new")
         out = TypedTable(data, published_typing(table.typing, quasi), published.claims, table.hierarchies)
-        return out, {"node": node, "node_from": source, "classes": len(used),
-                     "release_classes": len({t for t in tuples if t in known}), "new_classes": len(fresh)}
+        return out, {"node": node, "node_from": source, "classes": int(used.size),
+                     "release_classes": in_release, "new_classes": fresh}
 
     # -- choosing the node --------------------------------------------------------------
 
