@@ -24,7 +24,8 @@ from typing import Any, Callable, ClassVar, Mapping
 import numpy as np
 import pyarrow as pa
 
-from .errors import AnonflowError, InputError, PluginError, RunError
+from .errors import AnonflowError, InputError, PluginError, PurgedError, RunError
+from .filemodes import make_ordinary
 from .hierarchy import Hierarchy
 from .hookspecs import hookimpl
 from .params import REQUIRED, Param
@@ -43,7 +44,9 @@ __all__ = [
     "Algorithm", "Metric", "Publisher", "HierarchyBuilder", "Hierarchy", "Param", "REQUIRED", "StepContext", "Output",
     "Partition", "MAX_SUPPRESSION", "suppression_limit",
     "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
-    "InputError", "RunError", "PluginError", "atomic_write", "RunInfo",
+    "InputError", "RunError", "PluginError", "PurgedError", "atomic_write", "RunInfo",
+    # a published folder written outside the output guard gets the modes of published files
+    "make_ordinary",
     # publishing generalized values (anonflow.generalization)
     "interval_label", "interval_labels", "set_label", "set_labels", "generalized_attribute", "mark_generalized",
     "generalization", "structured_columns", "numeric_column",

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Mapping
 import yaml
 
 from .errors import AnonflowError, InputError
+from .filemodes import make_ordinary
 from .schema import FRAGMENT
 from .table import TypedTable
 
@@ -189,9 +190,7 @@ def write_folder(out: Path, write: Callable[[Path], None]) -> None:
     tmp.mkdir(mode=0o700)
     try:
         write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
+        make_ordinary(tmp)  # published: the modes the user's umask gives (not a store's owner-only ones)
         check_output_folder(out)  # nothing appeared there meanwhile
         if out.is_dir():
             out.rmdir()

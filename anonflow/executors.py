@@ -412,6 +412,7 @@ class DaskExecutor(Executor):
             raise InputError("the dask executor needs Dask's distributed: pip install 'anonflow[dask]'",
                              where=where) from None
         self.cluster = None
+        self._local: str | None = None
         if spec.address:
             try:
                 self.client = Client(spec.address, timeout="5s", set_as_default=False)
@@ -420,8 +421,13 @@ class DaskExecutor(Executor):
                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
                                  where=where) from None
         else:
+            import tempfile
+
+            # the workers spill the fragments they hold (original records) here: owner-only, removed on close
+            self._local = tempfile.mkdtemp(prefix="anonflow-dask-")
             self.cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True,
-                                        dashboard_address=None, silence_logs=logging.ERROR)
+                                        dashboard_address=None, silence_logs=logging.ERROR,
+                                        local_directory=self._local)
             self.client = Client(self.cluster, set_as_default=False)
 
     def map(self, tasks: list[FragmentTask]) -> Iterator[FragmentResult]:
@@ -446,8 +452,12 @@ class DaskExecutor(Executor):
         try:
             self.client.close()
         finally:
-            if self.cluster is not None:
-                self.cluster.close()
+            try:
+                if self.cluster is not None:
+                    self.cluster.close()
+            finally:
+                if self._local is not None:
+                    shutil.rmtree(self._local, ignore_errors=True)
 
 
 def start_executor(spec: ExecutorSpec, where: str = "") -> Executor:

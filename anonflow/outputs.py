@@ -36,6 +36,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Callable, Iterable
 
 from .errors import InputError, RunError, WorkflowError
+from .filemodes import make_ordinary, make_ordinary_folder
 
 
 def check_output_path(text: object, *, where: str, param: str = "path") -> None:
@@ -95,6 +96,8 @@ class OutputGuard:
         self.pending: list[tuple[str, Callable[[], None], Callable[[], None]]] = []
         #: what those transactions write (``postgresql://...#schema.table``)
         self.claimed: set[str] = set()
+        #: folders that did not exist when a publisher resolved a path in them
+        self.created: set[str] = set()
 
     def defer(self, keys: Iterable[str], commit: Callable[[], None], rollback: Callable[[], None]) -> None:
         """Commit a publisher's open transaction (a database's) with the run, or roll it back
@@ -131,6 +134,12 @@ class OutputGuard:
             self._check_existing(text, path)
         if self.step is not None:  # a publisher is about to write: keep what is there until the run succeeds
             self._set_aside(path)
+            folder = path.parent
+            while inside(str(folder), str(self.out_dir)) and not folder.exists():
+                self.created.add(str(folder))  # the publisher will create it
+                if str(folder) == str(self.out_dir):
+                    break
+                folder = folder.parent
         return path
 
     def _set_aside(self, path: Path) -> None:
@@ -192,6 +201,14 @@ class OutputGuard:
         for key, target in self.moved.items():
             if not (os.path.lexists(key)):
                 os.replace(target, key)
+        # published, so not confidential: the modes the user's umask gives (the store being
+        # open made everything created meanwhile owner-only: anonflow.filemodes)
+        for key in self.resolved:
+            if key not in self.moved or os.path.lexists(key):
+                make_ordinary(key)
+        for folder in self.created:
+            if os.path.isdir(folder) and not os.path.islink(folder):
+                make_ordinary_folder(folder)
         self._finish()
 
     def _finish(self) -> None:
@@ -201,6 +218,7 @@ class OutputGuard:
         self.moved = {}
         self.resolved = []
         self.claimed = set()
+        self.created = set()
 
     def _prune_empty(self, folder: Path) -> None:
         """Remove folders left empty under the output folder (created for a file now removed)."""

@@ -50,8 +50,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from anonflow.api import (CLASS, ROW, InputError, Output, Param, Publisher, RunError, RunInfo, StepContext,
-                          TypedTable, Typing, file_sha256)
-
+                          TypedTable, Typing, file_sha256, make_ordinary)
 from anonflow.lineage import canonical_json
 
 from .. import __version__
@@ -670,9 +669,7 @@ class Release(Publisher):
         tmp.mkdir(mode=0o700)  # a work folder of anonflow's own while it is being written
         try:
             manifest = self.build(tmp, table, params, info, ctx, registry, target, key=key)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o777 & ~umask)  # published: the ordinary permissions of a new folder
+            make_ordinary(tmp)  # published: the modes the user's umask gives a new folder and its files
             swap_into_place(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
