@@ -7,11 +7,12 @@ with the traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -41,7 +42,8 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         debug = bool(ctx.find_root().params.get("debug")) or bool(os.environ.get("ANONFLOW_DEBUG"))
         as_json = bool(ctx.params.get("as_json"))
         try:
-            return fn(*args, **kwargs)
+            with _warnings_as_lines():
+                return fn(*args, **kwargs)
         except AnonflowError as exc:
             if debug:
                 raise
@@ -68,6 +70,27 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
                 _json_failure(message, None, 1, "StoreError", None, None)
             raise CLIError(message, 1) from None
     return wrapper
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """anonflow's warnings (:class:`AnonflowWarning`: a store open to other users, say) as
+    one line each on stderr, every time they are raised."""
+    import warnings
+
+    from .errors import AnonflowWarning
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if issubclass(category, AnonflowWarning):
+            click.echo(f"anonflow: warning: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", AnonflowWarning)
+        shown = warnings.showwarning
+        warnings.showwarning = show
+        yield
 
 
 def _json_failure(error: str, where: str | None, exit_code: int, kind: str, run_id: str | None,
@@ -214,10 +237,13 @@ class _Progress:
                    "overrides the workflow's executor.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder the fragments travel through (the workers must see it; default: inside the output folder).")
+@click.option("--retain", type=click.Choice(["all", "published", "none"]), default=None,
+              help="What the store keeps of this run's tables once it ends: all; published (sources and "
+                   "intermediate tables are purged, the store rewritten); none. Overrides the workflow's retain:.")
 @_guard
 def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], out_dir: Path | None,
         as_json: bool, no_cache: bool, memory: str | None, threads: int | None, temp_dir: Path | None,
-        executor: str | None, work_dir: Path | None) -> None:
+        executor: str | None, work_dir: Path | None, retain: str | None) -> None:
     """Validate and run a workflow file."""
     from .executors import ExecutorSpec, parse_executor
     from .runner import Runner
@@ -235,7 +261,8 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
     with Store(db) as store:
         reporter = _Progress(enabled=sys.stderr.isatty() and not as_json)
         result = Runner(store, registry, reporter, resources=resources, executor=chosen).run(
-            spec, use_cache=not no_cache, output_dir=out_dir, plan=plan)
+            spec, use_cache=not no_cache, output_dir=out_dir, plan=plan, retain=retain)
+        held = None if result.purged is not None or as_json else _held_line(store)
     if as_json:
         _echo_json(result.to_json())
         return
@@ -256,6 +283,23 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
         click.echo("outputs:")
         for out in result.outputs:
             click.echo(f"  {_display_path(out['path'])}  ({_rows_text(out['rows'])}sha256 {out['sha256'][:16]}...)")
+    if result.purged is not None:
+        click.echo(f"retain: {result.purged['retain']}: purged {result.purged['tables']} table(s) of this run "
+                   f"({result.purged['rows']} records); lineage and hashes kept")
+    elif held:
+        click.echo(held)
+
+
+def _held_line(store: Store) -> str | None:
+    """One line on the confidential data a store holds (None if it holds none)."""
+    from .retention import held
+
+    h = held(store)
+    if not h["tables"]:
+        return None
+    return (f"the store {store.path} holds {h['tables']} table(s) of original or intermediate records "
+            f"({h['rows']} records in all): 'anonflow purge --all' removes them and keeps the lineage (or set "
+            "retain: published in the workflow)")
 
 
 # -- plan --------------------------------------------------------------------------------
@@ -349,9 +393,16 @@ def plugins(as_json: bool) -> None:
 @_guard
 def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
     """List recorded runs, or show one run (steps, parameters, metrics, outputs)."""
+    from .retention import held
+
     with Store(db, read_only=True) as store:
         if run_id is None:
             rows = store.runs(limit)
+            h = held(store)
+            for r in rows:  # the confidential data (sources, intermediate tables) each run left in the store
+                mine = h["runs"].get(r["run_id"], {})
+                r["held_tables"], r["held_records"] = mine.get("tables", 0), mine.get("rows", 0)
+                r["purged_tables"] = mine.get("purged", 0)
             if as_json:
                 _echo_json(rows)
                 return
@@ -359,10 +410,19 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
                 click.echo(f"no runs recorded in {db}")
             for r in rows:
                 took = (r["finished_at"] - r["started_at"]).total_seconds() if r["finished_at"] else None
+                data = (f"holds {r['held_tables']} table(s), {r['held_records']} records" if r["held_tables"]
+                        else "holds no source or intermediate table")
+                if r["purged_tables"]:
+                    data += f" ({r['purged_tables']} purged)"
                 click.echo(f"{r['run_id']}  {r['status']:<9} {r['workflow']:<24} seed={r['seed']}"
                            + (f"  {took:.2f}s" if took is not None else "")
+                           + f"  {data}"
                            + (f"  --set {_overrides_text(r['overrides'], ' --set ')}" if r["overrides"] else "")
                            + (f"  error: {r['error']}" if r["error"] else ""))
+            size = f", a file of {_size_text(h['bytes'])}" if h["bytes"] is not None else ""
+            click.echo(f"confidential data in {db}: {h['tables']} source or intermediate table(s), {h['rows']} "
+                       f"records{size}; published tables: {h['published_tables']}"
+                       + (" ('anonflow purge --all' removes them, keeping the lineage)" if h["tables"] else ""))
             return
         run_rec = store.run(run_id)
         rid = run_rec["run_id"]
@@ -395,6 +455,83 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
             click.echo(f"  metric {key} = {value:.6g}")
         for out in detail["outputs"]:
             click.echo(f"  output {_display_path(out['path'])} ({_rows_text(out['rows'])}sha256 {out['sha256']})")
+
+
+def _size_text(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} bytes"  # pragma: no cover
+
+
+_AGE = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _age(text: str) -> Any:
+    """``30d``, ``12h``, ``90m``, ``2w``: a timedelta."""
+    import datetime as _dt
+    import re as _re
+
+    from .errors import InputError
+
+    m = _re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text or "")
+    if not m:
+        raise InputError(f"--older-than {text!r}: expected a number and a unit, such as 30d, 12h, 90m or 2w "
+                         "(s, m, h, d, w)")
+    return _dt.timedelta(seconds=int(m.group(1)) * _AGE[m.group(2)])
+
+
+@main.command()
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
+@click.option("--all", "everything", is_flag=True, help="Purge the tables of every run.")
+@click.option("--run", "run_ids", multiple=True, metavar="ID",
+              help="Purge the tables this run used (repeatable; an id prefix is enough), even where later runs "
+                   "used them too.")
+@click.option("--older-than", "older", default=None, metavar="AGE",
+              help="Purge the tables of runs started more than AGE ago (30d, 12h, 90m, 2w); tables a later run "
+                   "used are kept.")
+@click.option("--keep", type=click.Choice(["published", "none"]), default="published", show_default=True,
+              help="Keep the published (anonymized) tables, or purge them too.")
+@click.option("--dry-run", is_flag=True, help="Say what would be purged; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_guard
+def purge(db: str, everything: bool, run_ids: tuple[str, ...], older: str | None, keep: str, dry_run: bool,
+          as_json: bool) -> None:
+    """Remove the records of sources and intermediate tables from the store, keep the lineage.
+
+    The store holds the original microdata: every source and every intermediate table. purge
+    drops the data tables of the runs chosen (all of them but the published ones, by default),
+    keeps every lineage record and content hash (so 'anonflow lineage' still traces a
+    published file to its sources' sha256, and 'anonflow verify --rerun' reproduces a release
+    from the source files), then rewrites the store into a fresh file: dropped tables' bytes
+    stay in a DuckDB file after CHECKPOINT and VACUUM."""
+    import datetime as _dt
+
+    from .errors import InputError
+    from .retention import plan_purge, purge as do_purge
+
+    if not Path(db).exists():
+        raise InputError(f"no anonflow store at {db} (pass --db)")
+    before = _dt.datetime.now(_dt.timezone.utc) - _age(older) if older is not None else None
+    with Store(db) as store:
+        plan = plan_purge(store, runs=list(run_ids) if run_ids else None, before=before, everything=everything,
+                          keep=keep)
+        done = plan.to_json() if dry_run else do_purge(store, plan)
+    if as_json:
+        _echo_json({**done, "dry_run": dry_run})
+        return
+    verb = "would purge" if dry_run else "purged"
+    click.echo(f"{verb} {len(plan.tables)} table(s), {plan.rows} records, of {len(plan.runs)} run(s) from {db}")
+    for name in plan.tables:
+        click.echo(f"  {name}")
+    if plan.kept_published:
+        click.echo(f"kept {len(plan.kept_published)} published table(s)")
+    if plan.kept_later:
+        click.echo(f"kept {len(plan.kept_later)} table(s) that later runs used")
+    if not dry_run:
+        click.echo(f"rewrote the store into a fresh file: {_size_text(done['bytes_before'] or 0)} -> "
+                   f"{_size_text(done['bytes_after'] or 0)}; lineage and hashes kept")
 
 
 @main.command()

@@ -40,3 +40,13 @@ class RunError(AnonflowError):
 
 class StoreError(AnonflowError):
     """The DuckDB store cannot be opened or is not an anonflow store."""
+
+
+class PurgedError(StoreError):
+    """A table's records were purged from the store (``anonflow purge``, ``retain:``); its
+    lineage and hashes are kept."""
+
+
+class AnonflowWarning(UserWarning):
+    """Something the user should fix that does not stop the command (the CLI prints it as
+    one line, ``anonflow: warning: ...``, on stderr): a store open to other users, say."""

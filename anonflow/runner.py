@@ -21,7 +21,7 @@ from . import __version__
 from .api import Output, RunInfo, StepContext, file_sha256, flat_params, suppression_limit
 from .builtins import BUILTINS
 from .dag import Node, Plan, build_plan
-from .errors import AnonflowError, InputError, PluginError, RunError
+from .errors import AnonflowError, InputError, PluginError, RunError, StoreError
 from .lineage import canonical_json
 from .codehash import engine_digest
 from .plugins import Registered, Registry, get_registry
@@ -29,8 +29,8 @@ from .executors import (Executor, ExecutorSpec, FragmentResult, FragmentTask, Wo
                         start_executor)
 from .fragments import describe_sizes, fragment_groups, keep_classes_together, merge_neighbours
 from .schema import CLASS, FRAGMENT, ROW
-from .spec import Resources, WorkflowSpec
-from .store import SCHEMA_VERSION, Artifact, OutOfMemory, Store, ident
+from .spec import RETAIN, Resources, WorkflowSpec
+from .store import SCHEMA_VERSION, Artifact, DatabaseError, OutOfMemory, Store, ident
 from .outputs import inside
 from .params import ParamError, validate_params
 from .table import ColumnDomain, TypedTable
@@ -59,10 +59,15 @@ class RunResult:
     outputs: list[dict[str, Any]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    #: what ``retain:`` purged once the run ended: {"retain", "tables", "rows"}
+    purged: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "status": self.status, "workflow": self.workflow,
-                "metrics": self.metrics, "outputs": self.outputs, "steps": self.steps, "error": self.error}
+        out = {"run_id": self.run_id, "status": self.status, "workflow": self.workflow,
+               "metrics": self.metrics, "outputs": self.outputs, "steps": self.steps, "error": self.error}
+        if self.purged is not None:
+            out["purged"] = self.purged
+        return out
 
 
 def _out_of_memory(exc: BaseException) -> str | None:
@@ -326,8 +331,16 @@ class Runner:
         self.output_guard: Any = None
 
     def run(self, spec: WorkflowSpec, *, use_cache: bool = True, output_dir: Path | None = None,
-            plan: Plan | None = None) -> RunResult:
-        """Run every step of ``spec``; raise :class:`AnonflowError` (with ``run_id`` set) on failure."""
+            plan: Plan | None = None, retain: str | None = None) -> RunResult:
+        """Run every step of ``spec``; raise :class:`AnonflowError` (with ``run_id`` set) on failure.
+
+        ``retain`` (default: the workflow's ``retain:``): what the store keeps of the tables this
+        run used once it ends, succeeded or failed (:mod:`anonflow.retention`): ``all``;
+        ``published``: the sources and intermediate tables are purged and the store rewritten;
+        ``none``: the published tables too."""
+        retain = retain or spec.retain
+        if retain not in RETAIN:
+            raise InputError(f"retain must be one of {', '.join(RETAIN)}, got {retain!r}")
         plan = plan or build_plan(spec, self.registry)
         self.store.configure(spec.resources.merged(self.resources))
         out_dir = default_output_dir(spec, output_dir)
@@ -380,6 +393,11 @@ class Runner:
                     self.store.finish_run(run_id, "failed", "interrupted")
                     raise
             self.store.finish_run(run_id, "failed", str(exc))
+            result.status = "failed"
+            try:
+                self._retain(run_id, retain, result)
+            except StoreError as failed:  # the run's own error is the one to raise
+                sys.stderr.write(f"anonflow: warning: {failed}\n")
             exc.run_id = run_id  # type: ignore[attr-defined]
             if name and not any(st["step"] == name for st in result.steps) and name in plan.nodes:
                 failed = plan.nodes[name]
@@ -393,7 +411,22 @@ class Runner:
         result.metrics = self.store.metrics(run_id)
         result.outputs = [{"path": o["path"], "sha256": o["sha256"], "rows": o["rows"]}
                           for o in self.store.outputs(run_id)]
+        self._retain(run_id, retain, result)
         return result
+
+    def _retain(self, run_id: str, retain: str, result: RunResult) -> None:
+        """Apply ``retain:`` to this run's tables (the run has ended and is recorded)."""
+        if retain == "all":
+            return
+        from .retention import plan_purge, purge
+
+        try:
+            done = purge(self.store, plan_purge(self.store, runs=[run_id], keep=retain))
+        except (OSError, DatabaseError) as exc:
+            raise StoreError(f"run {run_id} ended ({result.status}), but retain: {retain} could not purge the store "
+                             f"{self.store.path}: {exc}; its tables are still there: run 'anonflow purge --run "
+                             f"{run_id}'") from None
+        result.purged = {"retain": retain, "tables": len(done["tables"]), "rows": done["rows"]}
 
     # -- one node ------------------------------------------------------------------------
 

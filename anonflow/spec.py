@@ -19,7 +19,9 @@ from .errors import InputError, WorkflowError
 from .executors import ExecutorSpec, executor_spec, loopback
 from .params import suggest
 
-TOP_KEYS = ("name", "description", "seed", "resources", "executor", "sources", "steps")
+TOP_KEYS = ("name", "description", "seed", "resources", "executor", "retain", "sources", "steps")
+#: ``retain:``: which of its tables the store keeps after a run (anonflow.retention)
+RETAIN = ("all", "published", "none")
 RESOURCE_KEYS = ("memory", "threads", "temp_directory")
 #: a memory size as DuckDB takes it: a number and a unit
 MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
@@ -123,6 +125,9 @@ class WorkflowSpec:
     description: str = ""
     resources: Resources = field(default_factory=Resources)
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
+    #: what the store keeps of the run's tables once it ends: ``all``, ``published`` (the
+    #: published tables; sources and intermediate steps are purged) or ``none``
+    retain: str = "all"
     #: the folder relative paths are read from, when ``path`` names no file (a workflow built
     #: in Python, whose ``path`` is ``<NAME>``); None: the workflow file's folder
     base: Path | None = None
@@ -325,6 +330,11 @@ def workflow_from_data(data: Any, path: Path, text: str, overrides: Iterable[Any
     if isinstance(wf_seed, bool) or not isinstance(wf_seed, int) or not 0 <= wf_seed <= MAX_SEED:
         raise _err(path, f"'seed' must be an integer from 0 to {MAX_SEED} (2^63 - 1), got {wf_seed!r}")
 
+    retain = data.get("retain", "all")
+    if retain not in RETAIN:
+        raise _err(path, f"'retain' must be one of {', '.join(RETAIN)} (what the store keeps of a run's tables), "
+                         f"got {retain!r}")
+
     base_dir = base if base is not None else path.resolve().parent
     raw_sources = data.get("sources") or {}
     if not isinstance(raw_sources, Mapping):
@@ -350,7 +360,7 @@ def workflow_from_data(data: Any, path: Path, text: str, overrides: Iterable[Any
     return WorkflowSpec(name=name, seed=int(wf_seed), sources=sources, steps=steps, path=path,
                         text=text, overrides=tuple(parsed), description=str(data.get("description") or ""),
                         resources=_resources(path, base_dir, data.get("resources")),
-                        executor=_executor(path, base_dir, data.get("executor")), base=base)
+                        executor=_executor(path, base_dir, data.get("executor")), base=base, retain=retain)
 
 
 def _executor(path: Path, base: Path, data: Any) -> ExecutorSpec:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import secrets
 import shutil
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import InputError, StoreError, WorkflowError
+from .errors import AnonflowWarning, InputError, PurgedError, StoreError, WorkflowError
+from .filemodes import enter_private, leave_private, open_to_others
 from .hierarchy import Hierarchy
 from .schema import FRAGMENT, RESERVED, ROW, Typing
 from .spec import Resources, SourceSpec
@@ -118,6 +121,19 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- step ran, with the sha256 of its package's files (anonflow.codehash)
         ALTER TABLE af_step_runs ADD COLUMN plugins JSON;
     """),
+    ("purged data tables", """
+        -- when 'anonflow purge' (or a workflow's retain:) removed the table's records; the row,
+        -- its content hashes and the lineage that names it stay
+        ALTER TABLE af_tables ADD COLUMN purged_at TIMESTAMPTZ;
+        CREATE TABLE af_purges (
+            purged_at    TIMESTAMPTZ NOT NULL,
+            selection    JSON NOT NULL,       -- {"runs": [...]} | {"before": ...} | {"all": true}, with "keep"
+            tables       JSON NOT NULL,       -- the data tables whose records were removed
+            rows         BIGINT NOT NULL,     -- records removed (each distinct content once)
+            bytes_before BIGINT,              -- the store file's size before and after it was rewritten
+            bytes_after  BIGINT
+        );
+    """),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -128,6 +144,11 @@ _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYI
                   "UBIGINT", "UHUGEINT")
 #: records per batch when the store hashes a table
 HASH_BATCH = 1 << 17
+#: a table whose records were purged and are computed again: its record is kept (first run,
+#: step and time), its records are held again
+_HELD_AGAIN = "ON CONFLICT (name) DO UPDATE SET purged_at = NULL"
+#: a data object's name where a view's SQL reads it
+_DATA_NAME = re.compile(r'\b((?:t|af_raw)_[0-9a-f]{24})\b')  # DuckDB keeps a view's SQL unquoted
 
 
 def ident(name: str) -> str:
@@ -462,8 +483,16 @@ class Store:
         self.read_only = read_only
         if read_only and not self.path.exists():
             raise StoreError(f"no anonflow store at {self.path} (run a workflow first, or pass --db)")
-        if str(path) != ":memory:":
+        self.in_memory = str(path) == ":memory:"
+        loose = None
+        if not self.in_memory:
             _check_store_file(self.path)
+            loose = open_to_others(self.path)
+        # the store holds the original records: while it is open for writing, every file
+        # created (the store, its write-ahead log, spill files) is owner-only (anonflow.filemodes)
+        self._private = not read_only and not self.in_memory
+        if self._private:
+            enter_private()
         # DuckDB spills to a work folder of anonflow's own: created fresh, owner-only, removed on close
         self._spill = tempfile.mkdtemp(prefix="anonflow-spill-")
         try:
@@ -471,6 +500,7 @@ class Store:
             self.con.execute(f"SET temp_directory = '{self._spill}'")  # mkdtemp's name: no quote in it
         except duckdb.Error as exc:
             shutil.rmtree(self._spill, ignore_errors=True)
+            self._leave_private()
             raise StoreError(open_failure(self.path, exc)) from None
         try:
             self.threads = int(self.con.execute("SELECT current_setting('threads')").fetchone()[0])
@@ -484,6 +514,11 @@ class Store:
         except duckdb.Error as exc:
             self.close()
             raise StoreError(damaged(self.path, exc)) from None
+        except BaseException:  # not an anonflow store, a newer one: nothing stays open
+            self.close()
+            raise
+        if loose:  # an anonflow store (checked above) that others can open
+            warnings.warn(loose, AnonflowWarning, stacklevel=2)
 
     def configure(self, resources: Resources) -> None:
         """Apply a workflow's (or the CLI's) ``resources``: DuckDB's memory limit (beyond it,
@@ -565,6 +600,12 @@ class Store:
                 con.close()
         finally:
             shutil.rmtree(self._spill, ignore_errors=True)
+            self._leave_private()
+
+    def _leave_private(self) -> None:
+        if self._private:
+            self._private = False
+            leave_private()
 
     def __enter__(self) -> "Store":
         return self
@@ -821,9 +862,9 @@ class Store:
             else:  # the records are another artifact's: share them
                 self.con.execute(f"CREATE VIEW {ident(name)} AS SELECT * FROM {ident(data_name)}")
             self.con.execute("INSERT INTO af_tables (name, hash, data_hash, rows, typing, claims, created_run, "
-                             "created_step, created_at, hierarchies) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             [name, digest, data_hash, rows, typing_json, claims_json, run_id, step, _now(),
-                              hier_json])
+                             "created_step, created_at, hierarchies) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                             + _HELD_AGAIN, [name, digest, data_hash, rows, typing_json, claims_json, run_id, step,
+                                             _now(), hier_json])
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")
@@ -837,6 +878,7 @@ class Store:
         row = self._one("SELECT typing, claims, hierarchies, data_hash, rows FROM af_tables WHERE name = ?", [name])
         if row is None:
             raise StoreError(f"table {name} is not in the store {self.path}")
+        self._check_held(name)
         typing = Typing.from_json(json.loads(row[0])) if row[0] else Typing()
         claims = json.loads(row[1]) if row[1] else {}
         hierarchies = {}
@@ -847,11 +889,20 @@ class Store:
 
     def data(self, name: str) -> pa.Table:
         """A stored table's data in canonical order (the order it was written in)."""
+        self._check_held(name)
         return self._fetch(name)
 
     def artifact(self, name: str) -> Artifact | None:
-        row = self._one("SELECT name, hash, rows FROM af_tables WHERE name = ?", [name])
+        """A data table's record, None if there is none or its records were purged."""
+        row = self._one("SELECT name, hash, rows FROM af_tables WHERE name = ? AND purged_at IS NULL", [name])
         return Artifact(*row) if row else None
+
+    def _check_held(self, name: str) -> None:
+        row = self._one("SELECT purged_at FROM af_tables WHERE name = ? AND purged_at IS NOT NULL", [name])
+        if row is not None:
+            raise PurgedError(f"the records of table {name} were purged from the store {self.path} on "
+                             f"{row[0]:%Y-%m-%d %H:%M:%S %Z} (anonflow purge, or the workflow's retain:); its lineage "
+                             "and hashes are kept: run the workflow again to compute it anew")
 
     def load_source(self, src: SourceSpec, *, run_id: str, file_hash: str) -> Artifact:
         """Read a source straight into the store (DuckDB reads the file; no record passes
@@ -882,8 +933,8 @@ class Store:
                 self.con.execute(f"ALTER TABLE {ident(raw)} RENAME TO {ident(kept)}")
                 self.con.execute(f"CREATE VIEW {ident(name)} AS {numbered}{ident(kept)}")
                 self.con.execute("INSERT INTO af_tables (name, hash, data_hash, rows, typing, claims, created_run, "
-                                 "created_step, created_at, hierarchies) VALUES (?, ?, ?, ?, NULL, NULL, ?, ?, ?, NULL)",
-                                 [name, data_hash, data_hash, n, run_id, src.name, _now()])
+                                 "created_step, created_at, hierarchies) VALUES (?, ?, ?, ?, NULL, NULL, ?, ?, ?, NULL) "
+                                 + _HELD_AGAIN, [name, data_hash, data_hash, n, run_id, src.name, _now()])
                 self.con.execute("COMMIT")
             except Exception:
                 self.con.execute("ROLLBACK")
@@ -1154,10 +1205,141 @@ class Store:
         rows = self.con.execute("SELECT DISTINCT sha256 FROM af_outputs WHERE path = ?", [path]).fetchall()
         return {r[0] for r in rows}
 
+    # -- retention (anonflow.retention decides what goes; this is how) -------------------
+
+    def data_objects(self) -> dict[str, tuple[str, set[str]]]:
+        """Every data table and view of the store (``t_*``, ``af_raw_*``): name -> (``TABLE``
+        or ``VIEW``, the data objects a view reads)."""
+        kinds = self.con.execute(
+            "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND table_catalog = current_database() AND (starts_with(table_name, 't_') "
+            "OR starts_with(table_name, 'af_raw_'))").fetchall()
+        views = dict(self.con.execute(
+            "SELECT view_name, sql FROM duckdb_views() WHERE schema_name = 'main' AND NOT temporary "
+            "AND database_name = current_database()").fetchall())
+        return {name: ("VIEW", set(_DATA_NAME.findall(views.get(name) or "")) - {name}) if kind == "VIEW"
+                else ("TABLE", set()) for name, kind in kinds}
+
+    def table_records(self) -> list[dict[str, Any]]:
+        """Every data table's record (held or purged): name, data_hash, rows, hierarchies,
+        created_run, purged_at."""
+        rows = self._dicts("SELECT name, data_hash, rows, hierarchies, created_run, purged_at FROM af_tables "
+                           "ORDER BY name")
+        for r in rows:
+            r["hierarchies"] = [h["table"] for h in json.loads(r["hierarchies"]).values()] if r["hierarchies"] else []
+        return rows
+
+    def step_tables(self) -> list[dict[str, Any]]:
+        """Every step run with the tables it read and wrote, and its run's start and status."""
+        return self._dicts(
+            "SELECT s.run_id, r.started_at, r.status AS run_status, s.step, s.kind, s.status, s.output_table, "
+            "s.inputs, s.summary FROM af_step_runs s JOIN af_runs r USING (run_id) ORDER BY r.started_at, s.position")
+
+    def drop_data(self, objects: Iterable[str], purged: Iterable[str]) -> None:
+        """Drop data tables and views (views first), and the ``steps.*`` views that read them;
+        mark the records ``purged`` (table names) as purged. One transaction."""
+        objects = set(objects)
+        kinds = self.data_objects()
+        steps_views = self.con.execute(
+            "SELECT view_name, sql FROM duckdb_views() WHERE schema_name = 'steps' AND NOT temporary "
+            "AND database_name = current_database()").fetchall()
+        when = _now()
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            for name, sql in steps_views:
+                if set(_DATA_NAME.findall(sql or "")) & objects:
+                    self.con.execute(f"DROP VIEW IF EXISTS steps.{ident(name)}")
+            for name in sorted(objects, key=lambda n: (kinds.get(n, ("TABLE",))[0] != "VIEW", n)):
+                if name in kinds:
+                    self.con.execute(f"DROP {kinds[name][0]} {ident(name)}")
+            for name in sorted(set(purged)):
+                self.con.execute("UPDATE af_tables SET purged_at = ? WHERE name = ?", [when, name])
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+
+    def record_purge(self, selection: dict[str, Any], tables: list[str], rows: int, before: int | None,
+                     after: int | None) -> None:
+        self.con.execute("INSERT INTO af_purges VALUES (?, ?, ?, ?, ?, ?)",
+                         [_now(), _json(selection), _json(sorted(tables)), rows, before, after])
+
+    def purges(self) -> list[dict[str, Any]]:
+        rows = self._dicts("SELECT * FROM af_purges ORDER BY purged_at")
+        for r in rows:
+            r["selection"], r["tables"] = json.loads(r["selection"]), json.loads(r["tables"])
+        return rows
+
+    def file_size(self) -> int | None:
+        """The store file's size in bytes (with its write-ahead log), None in memory."""
+        if self.in_memory:
+            return None
+        wal = self.path.with_name(self.path.name + ".wal")
+        return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+    def rewrite(self) -> None:
+        """Copy the store into a fresh file and put it in place of the old one.
+
+        Dropping a table frees its blocks for reuse but leaves their bytes in the file, even
+        after CHECKPOINT and VACUUM: only a new file holds no trace of purged records. The copy
+        (``COPY FROM DATABASE``: every schema, table, view and constraint, tables in insertion
+        order) is written beside the store, owner-only, then renamed over it; the old file's
+        bytes are overwritten with zeros through a handle kept open on it (on a copy-on-write
+        file system or an SSD the old blocks may still survive on the device: see
+        docs/store.md). The connection is opened again on the new file."""
+        if self.in_memory:
+            return
+        self.con.execute("CHECKPOINT")
+        fresh = self.path.with_name(f".{self.path.name}.purge-{secrets.token_hex(6)}")
+        db = self._one("SELECT current_database()")[0]
+        try:
+            self.con.execute(f"ATTACH '{_sql_text(str(fresh))}' AS af_fresh")
+            try:
+                self.con.execute(f"COPY FROM DATABASE {ident(db)} TO af_fresh")
+            finally:
+                self.con.execute("DETACH af_fresh")
+        except BaseException:
+            for p in (fresh, fresh.with_name(fresh.name + ".wal")):
+                p.unlink(missing_ok=True)
+            raise
+        old = os.open(self.path, os.O_RDWR)
+        try:
+            settings = self._one("SELECT current_setting('memory_limit'), current_setting('temp_directory')")
+            self.con.close()
+            os.replace(fresh, self.path)
+            _zero_fill(old)
+        finally:
+            os.close(old)
+        with contextlib.suppress(OSError):  # the rename is durable once the folder is synced
+            folder = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+        try:
+            self.con = _connect(str(self.path))
+            self.con.execute(f"SET temp_directory = '{_sql_text(settings[1])}'")
+            self.con.execute(f"SET memory_limit = '{_sql_text(settings[0])}'")
+            self.con.execute(f"SET threads = {int(self.threads)}")
+        except duckdb.Error as exc:
+            raise StoreError(open_failure(self.path, exc)) from None
+
     def latest_run_with_step(self, step: str) -> str | None:
         row = self._one("SELECT r.run_id FROM af_step_runs s JOIN af_runs r USING (run_id) WHERE s.step = ? "
                                "ORDER BY r.started_at DESC LIMIT 1", [step])
         return row[0] if row else None
+
+
+def _zero_fill(fd: int, block: int = 1 << 20) -> None:
+    """Overwrite an open file's bytes with zeros and sync them (best effort: a file system
+    that writes elsewhere, copy-on-write or an SSD's wear levelling, may keep the old blocks)."""
+    size = os.fstat(fd).st_size
+    zeros = bytes(block)
+    os.lseek(fd, 0, os.SEEK_SET)
+    done = 0
+    while done < size:
+        done += os.write(fd, zeros[:min(block, size - done)])
+    os.fsync(fd)
 
 
 def schema_markdown() -> str:

@@ -48,7 +48,7 @@ Sources = Union[Mapping[str, Any], None]
 #: the API's default store: in memory, open as long as the run's :class:`Result`
 DEFAULT_DB = ":memory:"
 
-_WORKFLOW_KEYS = ("name", "description", "seed", "resources", "executor", "sources", "steps")
+_WORKFLOW_KEYS = ("name", "description", "seed", "resources", "executor", "retain", "sources", "steps")
 
 
 def load(path: PathLike, *, sources: Sources = None) -> "Workflow":
@@ -127,11 +127,14 @@ class Workflow:
 
     def __init__(self, name: str = "workflow", *, seed: int = 0, description: str = "",
                  sources: Mapping[str, Any] | None = None, steps: Mapping[str, Any] | None = None,
-                 resources: Mapping[str, Any] | None = None, base_dir: PathLike | None = None) -> None:
+                 resources: Mapping[str, Any] | None = None, base_dir: PathLike | None = None,
+                 retain: str | None = None) -> None:
         self._init(base_dir=base_dir)
         self._data.update(name=name, seed=seed)
         if description:
             self._data["description"] = description
+        if retain is not None:
+            self._data["retain"] = retain
         if resources is not None:
             self._data["resources"] = dict(resources)
         for sname, source in (sources or {}).items():
@@ -167,7 +170,7 @@ class Workflow:
             raise WorkflowError("'sources' and 'steps' must be mappings", where=f"<{data.get('name') or 'workflow'}>")
         wf = cls(str(data.get("name") or "workflow"), seed=data.get("seed", 0),
                  description=str(data.get("description") or ""), sources=sources, steps=steps,
-                 resources=data.get("resources"), base_dir=base_dir)
+                 resources=data.get("resources"), base_dir=base_dir, retain=data.get("retain"))
         if data.get("executor") is not None:
             wf._data["executor"] = data["executor"]
         return wf
@@ -372,7 +375,7 @@ class Workflow:
             db: PathLike | None = None, out_dir: PathLike | None = None, use_cache: bool = True,
             memory: str | None = None, threads: int | None = None, temp_dir: PathLike | None = None,
             executor: str | Mapping[str, Any] | None = None, work_dir: PathLike | None = None,
-            progress: bool = False) -> "Result":
+            progress: bool = False, retain: str | None = None) -> "Result":
         """Run the workflow as ``anonflow run`` does and return its :class:`Result`.
 
         ``set``: parameter overrides (``{"grouped.k": 10}``, or the CLI's ``["grouped.k=10"]``);
@@ -388,7 +391,9 @@ class Workflow:
         where a partitioned table's fragments run, ``"local"``, ``"processes:N"``,
         ``"dask[:N|:ADDRESS]"`` or a mapping as the workflow's ``executor:`` (``--executor``),
         ``work_dir`` the folder the fragments travel through (``--work-dir``); ``progress``:
-        the CLI's step lines and progress bars on stderr. A failed run raises
+        the CLI's step lines and progress bars on stderr; ``retain``: what the store keeps of
+        the run's tables, ``"all"``, ``"published"`` or ``"none"`` (``--retain``; default the
+        workflow's ``retain:``). A failed run raises
         :class:`~anonflow.errors.RunError` (``exc.run_id`` names its record), invalid input
         :class:`~anonflow.errors.InputError` / :class:`~anonflow.errors.WorkflowError`."""
         from .dag import build_plan
@@ -419,7 +424,7 @@ class Workflow:
         try:
             run = Runner(store, registry, reporter, resources=resources, executor=chosen).run(
                 spec, use_cache=use_cache, plan=plan,
-                output_dir=Path(out_dir) if out_dir is not None else None)
+                output_dir=Path(out_dir) if out_dir is not None else None, retain=retain)
         except BaseException:
             store.close()
             raise

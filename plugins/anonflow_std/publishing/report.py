@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import networkx as nx
 import numpy as np
 
-from anonflow.api import CLASS, ROW, InputError, RunError, RunInfo, TypedTable, sql_ident
+from anonflow.api import CLASS, ROW, InputError, PurgedError, RunError, RunInfo, TypedTable, sql_ident
 from anonflow.builtins import metric_entries
 from anonflow.lineage import canonical_json
 
@@ -625,7 +625,11 @@ def risk_section(info: RunInfo, registry: Any, released: dict[str, Any] | None, 
     quasi = list(table.typing.quasi) if table is not None else []
     for label, rec, tbl, color in (("original", original, None, "#a8553b"), ("published", released, table, "#3b6ea8")):
         if tbl is None and rec is not None and rec.get("output_table"):
-            tbl = info.load(rec["output_table"])
+            try:
+                tbl = info.load(rec["output_table"])
+            except PurgedError:
+                notes.append(f"{label}: the table was purged from the store (anonflow purge); not shown")
+                continue
         if tbl is None or rec is None:
             continue
         h = risk_histogram(tbl, quasi or list(tbl.typing.quasi), info.sql)
@@ -680,7 +684,12 @@ def render(info: RunInfo, registry: Any) -> str:
     original = original_step(info, released)
     layout = layout_of(info)
     table = info.load(released["output_table"]) if released and released.get("output_table") else None
-    orig_table = info.load(original["output_table"]) if original and original.get("output_table") else None
+    orig_table, purged = None, False
+    if original and original.get("output_table"):
+        try:
+            orig_table = info.load(original["output_table"])
+        except PurgedError:  # the store no longer holds the original (anonflow purge): what needs it is left out
+            purged = True
     wf_file = str(run.get("workflow_path") or "").replace("\\", "/").rsplit("/", 1)[-1]
     parts: list[str] = []
 
@@ -773,6 +782,10 @@ def render(info: RunInfo, registry: Any) -> str:
         body = (_table(["attribute", "role", "ambiguity loss", "share of records changed", "SSE share",
                         "IL % (100 SSE/SST)"],
                        trs, numeric={2, 3, 4, 5}) + loss_plot(loss_rows))
+    elif purged:
+        body = (f"<p>The original table (<code>{_e(original['step'])}</code>) was purged from the store "
+                "(<code>anonflow purge</code> or the workflow's <code>retain:</code>): the release's own report, "
+                "written when it was published, shows this section; re-run the workflow to compute it again.</p>")
     else:
         body = "<p>No original table to compare with (the published step is not an algorithm's output).</p>"
     parts.append('<section id="loss"><h2>Information loss per attribute</h2><p class="note">Computed generically '
