@@ -17,8 +17,11 @@ The words, as the CLI uses them:
 * a run **uses** a table when one of its steps wrote it, read it (an input, or a table a
   parameter names), or created it (a hierarchy's table); a table used also uses the tables a
   view of it reads and its hierarchies' tables;
-* a **published** table is the input of a publish step of a successful run, with what it
-  uses (its hierarchies are domain metadata; a view's records are the published ones);
+* a **published** table is the input of a publish step of a successful run, with the table
+  a view of it reads (the records are the published ones); not its hierarchies, which list
+  the original values of the quasi-identifiers (a hierarchy built from the data lists every
+  distinct value): they are purged with the originals, and a kept table whose hierarchies were
+  purged is not served from the cache (the next run computes it, and them, again);
 * **confidential** data: every held table that is not published: sources and intermediate
   steps.
 
@@ -86,8 +89,9 @@ class _Graph:
             self.started.setdefault(run["run_id"], run["started_at"])
             self.uses.setdefault(run["run_id"], set())
 
-    def closure(self, names: Iterable[str]) -> set[str]:
-        """``names`` with every data object they need: the tables a view reads, hierarchies."""
+    def closure(self, names: Iterable[str], *, hierarchies: bool = True) -> set[str]:
+        """``names`` with every data object they need: the tables a view reads, and (with
+        ``hierarchies``) their hierarchies' tables."""
         out: set[str] = set()
         todo = [n for n in names if n]
         while todo:
@@ -96,11 +100,14 @@ class _Graph:
                 continue
             out.add(n)
             todo.extend(self.objects.get(n, ("", set()))[1])
-            todo.extend((self.records.get(n) or {}).get("hierarchies") or [])
+            if hierarchies:
+                todo.extend((self.records.get(n) or {}).get("hierarchies") or [])
         return out
 
     def published_closure(self) -> set[str]:
-        return self.closure(self.published)
+        """The published tables and the tables their views read; not their hierarchies (a
+        hierarchy built from the data lists the original values: it goes with the originals)."""
+        return self.closure(self.published, hierarchies=False)
 
     def rows(self, names: Iterable[str]) -> int:
         seen: dict[str, int] = {}

@@ -849,7 +849,7 @@ class Store:
         digest = data_hash if typed is None else hashlib.sha256(
             f"{data_hash}\0{typing_json}\0{claims_json}\0{hier_json}".encode()).hexdigest()
         name = f"t_{digest[:24]}"
-        if self.artifact(name) is not None:
+        if self._held(name):  # (its hierarchies, if purged, were just stored again above)
             if scratch:
                 self._drop(scratch)
             return Artifact(name, digest, rows)
@@ -893,9 +893,22 @@ class Store:
         return self._fetch(name)
 
     def artifact(self, name: str) -> Artifact | None:
-        """A data table's record, None if there is none or its records were purged."""
-        row = self._one("SELECT name, hash, rows FROM af_tables WHERE name = ? AND purged_at IS NULL", [name])
-        return Artifact(*row) if row else None
+        """A data table's record, None if there is none, or if its records or those of one of
+        its hierarchies were purged (a purge keeps a published table's records, not its
+        hierarchies: such a table is computed again, hierarchies and all, when a run needs it)."""
+        row = self._one("SELECT name, hash, rows, hierarchies FROM af_tables WHERE name = ? AND purged_at IS NULL",
+                        [name])
+        if row is None:
+            return None
+        refs = [r["table"] for r in json.loads(row[3]).values()] if row[3] else []
+        if refs and self._one("SELECT count(*) FROM af_tables WHERE name IN (SELECT unnest(?::VARCHAR[])) "
+                              "AND purged_at IS NULL", [refs])[0] < len(set(refs)):
+            return None
+        return Artifact(*row[:3])
+
+    def _held(self, name: str) -> bool:
+        """Whether the store holds this table's records (whatever its hierarchies)."""
+        return self._one("SELECT count(*) FROM af_tables WHERE name = ? AND purged_at IS NULL", [name])[0] > 0
 
     def _check_held(self, name: str) -> None:
         row = self._one("SELECT purged_at FROM af_tables WHERE name = ? AND purged_at IS NOT NULL", [name])
