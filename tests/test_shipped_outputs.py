@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from . import leakscan
 from .conftest import WORKFLOWS
 
 PUBLISHING = sorted(p.name for p in WORKFLOWS.glob("*.yaml")
@@ -110,3 +111,5 @@ def test_published_files_of_shipped_workflows_meet_the_claimed_models(cli, tmp_p
                 assert _fewest_distinct(table, keys, sensitive[0]) >= need, (path, name, need)
         checked += 1
     assert checked
+    # no original record, no unpublished original value, no dropped column's value in any file
+    leakscan.assert_release_leaks_nothing(WORKFLOWS / workflow, tmp_path / "out")
