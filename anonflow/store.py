@@ -23,6 +23,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -511,6 +512,7 @@ class Store:
                 self._migrate()
                 self._mark_interrupted()
                 self._drop_scratch()
+                self._drop_purge_copies()
         except duckdb.Error as exc:
             self.close()
             raise StoreError(damaged(self.path, exc)) from None
@@ -676,6 +678,16 @@ class Store:
             "AND table_catalog = current_database() AND starts_with(table_name, ?)", [SCRATCH]).fetchall()
         for name, kind in sorted(leftovers, key=lambda r: r[1] != "VIEW"):  # views first: they read the tables
             self.con.execute(f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} IF EXISTS {ident(name)}")
+
+    def _drop_purge_copies(self) -> None:
+        """Copies a purge was writing when its process died (:meth:`rewrite`): they hold the
+        records it kept; this connection holds the write lock, so no purge is writing one."""
+        if self.in_memory:
+            return
+        pattern = re.compile(re.escape(f".{self.path.name}.purge-") + r"[0-9a-f]{12}(\.wal)?")
+        for leftover in self.path.parent.glob(f".{glob_escape(self.path.name)}.purge-*"):
+            if pattern.fullmatch(leftover.name) and leftover.is_file() and not leftover.is_symlink():
+                leftover.unlink(missing_ok=True)
 
     def _column_names(self, name: str) -> list[str]:
         return [r[0] for r in self.con.execute(

@@ -364,3 +364,16 @@ def test_retain_published_on_a_lattice_leaves_no_original_value_and_reruns_the_s
     # the hierarchy step computed the hierarchies again (the same tables): only then is the
     # kept lattice output served from the cache
     assert statuses["hier"] == "succeeded" and statuses["anon"] == "cached"
+
+
+def test_a_copy_left_by_a_purge_that_died_is_removed_when_the_store_is_next_opened(tmp_path):
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    left = [tmp_path / ".s.duckdb.purge-0123456789ab", tmp_path / ".s.duckdb.purge-0123456789ab.wal"]
+    other = tmp_path / ".s.duckdb.purge-notours"
+    for p in (*left, other):
+        p.write_bytes(b"records")
+    Store(db, read_only=True).close()
+    assert all(p.exists() for p in left)  # a reader holds no lock: it leaves them
+    Store(db).close()
+    assert not any(p.exists() for p in left) and other.exists()
