@@ -396,8 +396,8 @@ class Runner:
             result.status = "failed"
             try:
                 self._retain(run_id, retain, result)
-            except StoreError as failed:  # the run's own error is the one to raise
-                sys.stderr.write(f"anonflow: warning: {failed}\n")
+            except StoreError as not_purged:  # the run's own error is the one to raise
+                sys.stderr.write(f"anonflow: warning: {not_purged}\n")
             exc.run_id = run_id  # type: ignore[attr-defined]
             if name and not any(st["step"] == name for st in result.steps) and name in plan.nodes:
                 failed = plan.nodes[name]

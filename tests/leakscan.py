@@ -322,7 +322,9 @@ def scan_release(files: Iterable[Path], original: pa.Table, columns: list[str], 
 # -- a shipped workflow's output folder -----------------------------------------------------
 
 
-def _names(value: Any) -> list[str]:
+def role_names(value: Any) -> list[str]:
+    """The column names a typing role lists (a name, a list, a mapping of name -> type, or a
+    list of such mappings)."""
     if value is None:
         return []
     if isinstance(value, str):
@@ -371,7 +373,7 @@ def workflow_roles(spec: Mapping[str, Any], columns: list[str] | None = None,
         source["path"] = Path(wf_dir) / source["path"]
     params = typing.get("with") or {}
     roles = {c: role for role in ("quasi", "sensitive", "label", "insensitive", "identifier", "weight")
-             for c in _names(params.get(role))}
+             for c in role_names(params.get(role))}
     if columns is None:
         columns = list(roles)
     others = params.get("others", "drop")

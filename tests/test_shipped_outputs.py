@@ -21,16 +21,6 @@ PUBLISHING = sorted(p.name for p in WORKFLOWS.glob("*.yaml")
                     if any(s.get("uses") == "publish" for s in yaml.safe_load(p.read_text())["steps"].values()))
 
 
-def _names(value) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return list(value)
-    return [next(iter(v)) if isinstance(v, dict) else v for v in value]
-
-
 def _read(path: Path) -> pa.Table:
     if path.suffix == ".parquet":
         return pq.read_table(path)
@@ -60,7 +50,7 @@ def _fewest_distinct(table: pa.Table, keys: list[str], sensitive: str) -> int:
 def test_published_files_of_shipped_workflows_meet_the_claimed_models(cli, tmp_path, workflow):
     spec = yaml.safe_load((WORKFLOWS / workflow).read_text())
     typing = next(s for s in spec["steps"].values() if s.get("uses") == "typing")["with"]
-    quasi, sensitive = _names(typing.get("quasi")), _names(typing.get("sensitive"))
+    quasi, sensitive = leakscan.role_names(typing.get("quasi")), leakscan.role_names(typing.get("sensitive"))
     res = cli("run", WORKFLOWS / workflow, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "out", "--json")
     assert res.exit_code == 0, res.output
     metrics = json.loads(res.output)["metrics"]
