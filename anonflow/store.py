@@ -684,8 +684,9 @@ class Store:
         records it kept; this connection holds the write lock, so no purge is writing one."""
         if self.in_memory:
             return
-        pattern = re.compile(re.escape(f".{self.path.name}.purge-") + r"[0-9a-f]{12}(\.wal)?")
-        for leftover in self.path.parent.glob(f".{glob_escape(self.path.name)}.purge-*"):
+        real = Path(os.path.realpath(self.path))
+        pattern = re.compile(re.escape(f".{real.name}.purge-") + r"[0-9a-f]{12}(\.wal)?")
+        for leftover in real.parent.glob(f".{glob_escape(real.name)}.purge-*"):
             if pattern.fullmatch(leftover.name) and leftover.is_file() and not leftover.is_symlink():
                 leftover.unlink(missing_ok=True)
 
@@ -1315,7 +1316,8 @@ class Store:
         if self.in_memory:
             return
         self.con.execute("CHECKPOINT")
-        fresh = self.path.with_name(f".{self.path.name}.purge-{secrets.token_hex(6)}")
+        real = Path(os.path.realpath(self.path))  # a --db that is a link: the file it names is rewritten
+        fresh = real.with_name(f".{real.name}.purge-{secrets.token_hex(6)}")
         db = self._one("SELECT current_database()")[0]
         try:
             self.con.execute(f"ATTACH '{_sql_text(str(fresh))}' AS af_fresh")
@@ -1327,16 +1329,16 @@ class Store:
             for p in (fresh, fresh.with_name(fresh.name + ".wal")):
                 p.unlink(missing_ok=True)
             raise
-        old = os.open(self.path, os.O_RDWR)
+        old = os.open(real, os.O_RDWR)
         try:
             settings = self._one("SELECT current_setting('memory_limit'), current_setting('temp_directory')")
             self.con.close()
-            os.replace(fresh, self.path)
+            os.replace(fresh, real)
             _zero_fill(old)
         finally:
             os.close(old)
         with contextlib.suppress(OSError):  # the rename is durable once the folder is synced
-            folder = os.open(self.path.parent, os.O_RDONLY)
+            folder = os.open(real.parent, os.O_RDONLY)
             try:
                 os.fsync(folder)
             finally:

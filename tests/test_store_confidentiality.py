@@ -377,3 +377,15 @@ def test_a_copy_left_by_a_purge_that_died_is_removed_when_the_store_is_next_open
     assert all(p.exists() for p in left)  # a reader holds no lock: it leaves them
     Store(db).close()
     assert not any(p.exists() for p in left) and other.exists()
+
+
+def test_purge_through_a_linked_store_rewrites_the_file_it_names(cli, tmp_path):
+    (tmp_path / "real").mkdir()
+    target, link = tmp_path / "real" / "s.duckdb", tmp_path / "link.duckdb"
+    wf = workflow(tmp_path)
+    run(cli, wf, target)
+    link.symlink_to(target)
+    assert cli("purge", "--db", link, "--all").exit_code == 0
+    assert link.is_symlink() and originals_in(target) == set()
+    assert cli("runs", "--db", target).exit_code == 0
+    assert not list((tmp_path / "real").glob(".s.duckdb.purge-*")) and not list(tmp_path.glob(".link*"))
