@@ -486,3 +486,37 @@ def assert_release_leaks_nothing(workflow: Path, out_dir: Path) -> Findings:
     found = release_leaks(workflow, out_dir)
     assert not found.problems, f"{Path(workflow).name}: " + "\n".join(found.problems)
     return found
+
+
+# -- a store after a purge -------------------------------------------------------------------
+
+def store_leaks(workflow: Path, db: Path, out_dir: Path) -> tuple[int, set[str]]:
+    """The distinctive original values (of every source column) that the published data files
+    under ``out_dir`` do not hold, and those of them found in the bytes of the store ``db``
+    (and its write-ahead log) -- after ``retain: published`` or ``anonflow purge``, none should
+    be. Allowed besides the published tables: the domain metadata (the workflow file, which the
+    store records, and the files its steps name) and the run ids (a time such as ``214415``).
+    DuckDB compresses numbers, so a scan of a store file sees mainly text values. Returns
+    (how many values were looked for, those found)."""
+    import duckdb
+
+    workflow, db = Path(workflow), Path(db)
+    spec = yaml.safe_load(workflow.read_text())
+    src = workflow_roles(spec, wf_dir=workflow.parent).source
+    original = read_source(src["path"], delimiter=src.get("delimiter", ","), header=src.get("header", True),
+                           quote=src.get("quote", '"'), fmt=src.get("format"))
+    values = distinctive_values(original, original.column_names)
+    published = b"\n".join(render(p)[0] for p in sorted(Path(out_dir).rglob("*")) if p.suffix in (".csv", ".parquet"))
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        runs = "\n".join(r[0] for r in con.execute("SELECT run_id FROM af_runs").fetchall()).encode()
+    finally:
+        con.close()
+    meta = b"\n".join([workflow.read_bytes(), runs,
+                       *(p.read_bytes() for p in _referenced_files(spec, workflow.parent))])
+    looked = values - scan(published, values) - scan(meta, values)
+    data = db.read_bytes()
+    wal = db.with_name(db.name + ".wal")
+    if wal.exists():
+        data += b"\n" + wal.read_bytes()
+    return len(looked), scan(data, looked)
