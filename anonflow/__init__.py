@@ -2,7 +2,7 @@
 
 The Python API (``docs/api.md``): :func:`load` a workflow file or build a :class:`Workflow`
 in code, :meth:`Workflow.run` it (a :class:`Result`), or :func:`anonymize` a DataFrame in one
-call (an :class:`Anonymized`). Errors are the engine's: :class:`AnonflowError` and its
+call (an :class:`Anonymized`); :func:`purge` a store of its original records. Errors are the engine's: :class:`AnonflowError` and its
 subclasses. These names are imported on first use, so ``import anonflow`` stays cheap;
 :mod:`anonflow.api` is the API for writing plugins.
 """
@@ -17,13 +17,13 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type che
 if TYPE_CHECKING:
     from typing import Any
 
-    from .workflow_api import Anonymized, Result, Workflow, anonymize, load
+    from .workflow_api import Anonymized, Result, Workflow, anonymize, load, purge
 
 _LAZY = {"load": "workflow_api", "Workflow": "workflow_api", "Result": "workflow_api",
-         "Anonymized": "workflow_api", "anonymize": "workflow_api"}
+         "Anonymized": "workflow_api", "anonymize": "workflow_api", "purge": "workflow_api"}
 
 __all__ = ["AnonflowError", "Anonymized", "InputError", "PluginError", "Result", "RunError", "StoreError",
-           "Workflow", "WorkflowError", "anonymize", "load", "__version__"]
+           "Workflow", "WorkflowError", "anonymize", "load", "purge", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -465,23 +465,6 @@ def _size_text(n: int) -> str:
     return f"{n} bytes"  # pragma: no cover
 
 
-_AGE = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def _age(text: str) -> Any:
-    """``30d``, ``12h``, ``90m``, ``2w``: a timedelta."""
-    import datetime as _dt
-    import re as _re
-
-    from .errors import InputError
-
-    m = _re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text or "")
-    if not m:
-        raise InputError(f"--older-than {text!r}: expected a number and a unit, such as 30d, 12h, 90m or 2w "
-                         "(s, m, h, d, w)")
-    return _dt.timedelta(seconds=int(m.group(1)) * _AGE[m.group(2)])
-
-
 @main.command()
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
 @click.option("--all", "everything", is_flag=True, help="Purge the tables of every run.")
@@ -509,11 +492,11 @@ def purge(db: str, everything: bool, run_ids: tuple[str, ...], older: str | None
     import datetime as _dt
 
     from .errors import InputError
-    from .retention import plan_purge, purge as do_purge
+    from .retention import parse_age, plan_purge, purge as do_purge
 
     if not Path(db).exists():
         raise InputError(f"no anonflow store at {db} (pass --db)")
-    before = _dt.datetime.now(_dt.timezone.utc) - _age(older) if older is not None else None
+    before = _dt.datetime.now(_dt.timezone.utc) - parse_age(older) if older is not None else None
     with Store(db) as store:
         plan = plan_purge(store, runs=list(run_ids) if run_ids else None, before=before, everything=everything,
                           keep=keep)

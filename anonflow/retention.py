@@ -33,16 +33,28 @@ time: a table a later run used too is kept). ``keep``: ``published`` (the defaul
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from .errors import InputError
 from .store import Store
 
 KEEP = ("published", "none")
+#: seconds per unit of an age (``30d``)
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 #: a workflow's ``retain:`` values
 RETAIN = ("all", "published", "none")
+
+
+def parse_age(text: str, what: str = "--older-than") -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w``, ``45s``: a timedelta (InputError naming ``what``)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text if isinstance(text, str) else "")
+    if not m:
+        raise InputError(f"{what} {text!r}: expected a number and a unit, such as 30d, 12h, 90m or 2w "
+                         "(s, m, h, d, w)")
+    return timedelta(seconds=int(m.group(1)) * _AGE_UNITS[m.group(2)])
 
 
 @dataclass

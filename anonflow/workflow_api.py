@@ -27,11 +27,13 @@ from __future__ import annotations
 import os
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 
 from .errors import AnonflowError, InputError, StoreError, WorkflowError
 
 if TYPE_CHECKING:
+    import datetime
+
     import pandas
     import pyarrow as pa
 
@@ -567,6 +569,37 @@ def _default_metrics(algorithm: str, params: Mapping[str, Any]) -> list[Any]:
         if registry.has("metric", model):
             out.append({model: dict(given)} if given else model)
     return out
+
+
+def purge(db: PathLike, *, everything: bool = False, runs: Sequence[str] | None = None,
+          older_than: "str | datetime.timedelta | None" = None, keep: str = "published",
+          dry_run: bool = False) -> dict[str, Any]:
+    """Remove the records of sources and intermediate tables from the store file ``db``, as
+    ``anonflow purge`` does (:mod:`anonflow.retention`; docs/store.md): ``everything=True``
+    (``--all``), ``runs`` (``--run``), or ``older_than`` (``--older-than``: ``"30d"`` or a
+    ``timedelta``); ``keep="published"`` (default) or ``"none"``; ``dry_run`` changes nothing.
+    The lineage and every hash are kept, and the store is rewritten into a fresh file. Returns
+    what ``anonflow purge --json`` prints (``tables``, ``rows``, ``runs``, sizes...)."""
+    from datetime import datetime, timezone
+
+    from .retention import plan_purge
+    from .retention import purge as do_purge
+    from .store import Store
+
+    if not os.path.exists(os.fspath(db)):
+        raise StoreError(f"no anonflow store at {os.fspath(db)}")
+    before = None
+    if older_than is not None:
+        if isinstance(older_than, str):
+            from .retention import parse_age
+
+            older_than = parse_age(older_than, "older_than")
+        before = datetime.now(timezone.utc) - older_than
+    with Store(os.fspath(db)) as store:
+        plan = plan_purge(store, runs=list(runs) if runs is not None else None, before=before,
+                          everything=everything, keep=keep)
+        done = plan.to_json() if dry_run else do_purge(store, plan)
+    return {**done, "dry_run": dry_run}
 
 
 def anonymize(data: Any, algorithm: str = "mdav", *, quasi: Any, sensitive: Any = None, label: Any = None,

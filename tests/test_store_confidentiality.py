@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from anonflow import filemodes
-from anonflow.errors import AnonflowWarning, StoreError
+from anonflow.errors import AnonflowWarning, InputError, StoreError
 from anonflow.retention import plan_purge, purge
 from anonflow.store import Store
 
@@ -325,9 +325,11 @@ def test_retain_must_be_one_of_its_values(cli, tmp_path):
 
 
 def test_age_parsing():
-    from anonflow.cli import _age
+    from anonflow.retention import parse_age
 
-    assert _age("30d") == timedelta(days=30) and _age("90m") == timedelta(minutes=90)
+    assert parse_age("30d") == timedelta(days=30) and parse_age("90m") == timedelta(minutes=90)
+    with pytest.raises(InputError, match="older_than '3 days'"):
+        parse_age("3 days", "older_than")
 
 
 def test_retain_published_on_a_lattice_leaves_no_original_value_and_reruns_the_same(cli, tmp_path):
@@ -389,3 +391,19 @@ def test_purge_through_a_linked_store_rewrites_the_file_it_names(cli, tmp_path):
     assert link.is_symlink() and originals_in(target) == set()
     assert cli("runs", "--db", target).exit_code == 0
     assert not list((tmp_path / "real").glob(".s.duckdb.purge-*")) and not list(tmp_path.glob(".link*"))
+
+
+def test_purge_from_the_python_api(cli, tmp_path):
+    import anonflow
+
+    wf, db = workflow(tmp_path), tmp_path / "s.duckdb"
+    rid = run(cli, wf, db)["run_id"]
+    assert anonflow.purge(db, older_than="1d")["runs"] == []
+    aged = anonflow.purge(db, older_than=timedelta(0))  # every run started before now
+    assert aged["runs"] == [rid] and len(aged["tables"]) == 2 and aged["bytes_after"] > 0
+    preview = anonflow.purge(db, runs=[rid], dry_run=True)
+    assert preview["dry_run"] and preview["tables"] == []  # the age purge above removed them
+    with pytest.raises(StoreError, match="no anonflow store"):
+        anonflow.purge(tmp_path / "none.duckdb", everything=True)
+    with pytest.raises(InputError, match="say what to purge"):
+        anonflow.purge(db)
