@@ -155,7 +155,6 @@ def plan_purge(store: Store, *, runs: Iterable[str] | None = None, before: datet
         candidates = set(graph.objects)
     else:
         candidates = graph.closure(n for r in selected for n in graph.uses.get(r, ()))
-    kept: set[str] = set()
     published = graph.published_closure() if keep == "published" else set()
     later: set[str] = set()
     if before is not None:
