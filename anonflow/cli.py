@@ -20,7 +20,8 @@ from . import __version__
 from .dag import build_plan
 from .errors import AnonflowError
 from .plugins import get_registry
-from .spec import load_workflow
+from .spec import RETAIN, load_workflow
+from .retention import KEEP
 from .store import DatabaseError, Store
 
 DEFAULT_DB = "anonflow.duckdb"
@@ -237,7 +238,7 @@ class _Progress:
                    "overrides the workflow's executor.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder the fragments travel through (the workers must see it; default: inside the output folder).")
-@click.option("--retain", type=click.Choice(["all", "published", "none"]), default=None,
+@click.option("--retain", type=click.Choice(RETAIN), default=None,
               help="What the store keeps of this run's tables once it ends: all; published (sources and "
                    "intermediate tables are purged, the store rewritten); none. Overrides the workflow's retain:.")
 @_guard
@@ -474,7 +475,7 @@ def _size_text(n: int) -> str:
 @click.option("--older-than", "older", default=None, metavar="AGE",
               help="Purge the tables of runs started more than AGE ago (30d, 12h, 90m, 2w); tables a later run "
                    "used are kept.")
-@click.option("--keep", type=click.Choice(["published", "none"]), default="published", show_default=True,
+@click.option("--keep", type=click.Choice(KEEP), default="published", show_default=True,
               help="Keep the published (anonymized) tables, or purge them too.")
 @click.option("--dry-run", is_flag=True, help="Say what would be purged; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -489,29 +490,22 @@ def purge(db: str, everything: bool, run_ids: tuple[str, ...], older: str | None
     published file to its sources' sha256, and 'anonflow verify --rerun' reproduces a release
     from the source files), then rewrites the store into a fresh file: dropped tables' bytes
     stay in a DuckDB file after CHECKPOINT and VACUUM."""
-    import datetime as _dt
+    from .retention import purge_file
 
-    from .errors import InputError
-    from .retention import parse_age, plan_purge, purge as do_purge
-
-    if not Path(db).exists():
-        raise InputError(f"no anonflow store at {db} (pass --db)")
-    before = _dt.datetime.now(_dt.timezone.utc) - parse_age(older) if older is not None else None
-    with Store(db) as store:
-        plan = plan_purge(store, runs=list(run_ids) if run_ids else None, before=before, everything=everything,
-                          keep=keep)
-        done = plan.to_json() if dry_run else do_purge(store, plan)
+    done = purge_file(db, everything=everything, runs=list(run_ids) if run_ids else None, older_than=older,
+                      keep=keep, dry_run=dry_run)
     if as_json:
-        _echo_json({**done, "dry_run": dry_run})
+        _echo_json(done)
         return
     verb = "would purge" if dry_run else "purged"
-    click.echo(f"{verb} {len(plan.tables)} table(s), {plan.rows} records, of {len(plan.runs)} run(s) from {db}")
-    for name in plan.tables:
+    click.echo(f"{verb} {len(done['tables'])} table(s), {done['rows']} records, of {len(done['runs'])} run(s) "
+               f"from {db}")
+    for name in done["tables"]:
         click.echo(f"  {name}")
-    if plan.kept_published:
-        click.echo(f"kept {len(plan.kept_published)} published table(s)")
-    if plan.kept_later:
-        click.echo(f"kept {len(plan.kept_later)} table(s) that later runs used")
+    if done["kept_published"]:
+        click.echo(f"kept {len(done['kept_published'])} published table(s)")
+    if done["kept_for_later_runs"]:
+        click.echo(f"kept {len(done['kept_for_later_runs'])} table(s) that later runs used")
     if not dry_run:
         click.echo(f"rewrote the store into a fresh file: {_size_text(done['bytes_before'] or 0)} -> "
                    f"{_size_text(done['bytes_after'] or 0)}; lineage and hashes kept")

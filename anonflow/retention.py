@@ -33,19 +33,18 @@ time: a table a later run used too is kept). ``keep``: ``published`` (the defaul
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
-from .errors import InputError
+from .errors import InputError, StoreError
 from .store import Store
 
 KEEP = ("published", "none")
 #: seconds per unit of an age (``30d``)
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-#: a workflow's ``retain:`` values
-RETAIN = ("all", "published", "none")
 
 
 def parse_age(text: str, what: str = "--older-than") -> timedelta:
@@ -194,3 +193,24 @@ def held(store: Store) -> dict[str, Any]:
                         "purged": len({n for n in mine if graph.records[n]["purged_at"] is not None})}
     return {"tables": len(confidential), "rows": graph.rows(confidential),
             "published_tables": len(public & graph.held), "bytes": store.file_size(), "runs": per_run}
+
+
+def purge_file(db: str | os.PathLike[str], *, everything: bool = False, runs: Iterable[str] | None = None,
+               older_than: str | timedelta | None = None, keep: str = "published",
+               dry_run: bool = False) -> dict[str, Any]:
+    """``anonflow purge`` and ``anonflow.purge()``: plan and (unless ``dry_run``) carry out a
+    purge of the store file ``db``. Only an anonflow store is purged: the file is first opened
+    read-only and its schema checked, so a DuckDB file of the user's is never rewritten.
+    Returns the plan's JSON, with the sizes before and after and ``dry_run``."""
+    if not os.path.exists(db):
+        raise StoreError(f"no anonflow store at {os.fspath(db)} (pass --db)")
+    before = None
+    if older_than is not None:
+        age = parse_age(older_than, "older_than") if isinstance(older_than, str) else older_than
+        before = datetime.now(timezone.utc) - age
+    Store(db, read_only=True).close()  # an anonflow store, of a schema this version reads
+    with Store(db) as store:
+        plan = plan_purge(store, runs=list(runs) if runs is not None else None, before=before,
+                          everything=everything, keep=keep)
+        done = plan.to_json() if dry_run else purge(store, plan)
+    return {**done, "dry_run": dry_run}

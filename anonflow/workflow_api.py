@@ -580,26 +580,10 @@ def purge(db: PathLike, *, everything: bool = False, runs: Sequence[str] | None 
     ``timedelta``); ``keep="published"`` (default) or ``"none"``; ``dry_run`` changes nothing.
     The lineage and every hash are kept, and the store is rewritten into a fresh file. Returns
     what ``anonflow purge --json`` prints (``tables``, ``rows``, ``runs``, sizes...)."""
-    from datetime import datetime, timezone
+    from .retention import purge_file
 
-    from .retention import plan_purge
-    from .retention import purge as do_purge
-    from .store import Store
-
-    if not os.path.exists(os.fspath(db)):
-        raise StoreError(f"no anonflow store at {os.fspath(db)}")
-    before = None
-    if older_than is not None:
-        if isinstance(older_than, str):
-            from .retention import parse_age
-
-            older_than = parse_age(older_than, "older_than")
-        before = datetime.now(timezone.utc) - older_than
-    with Store(os.fspath(db)) as store:
-        plan = plan_purge(store, runs=list(runs) if runs is not None else None, before=before,
-                          everything=everything, keep=keep)
-        done = plan.to_json() if dry_run else do_purge(store, plan)
-    return {**done, "dry_run": dry_run}
+    return purge_file(os.fspath(db), everything=everything, runs=runs, older_than=older_than, keep=keep,
+                      dry_run=dry_run)
 
 
 def anonymize(data: Any, algorithm: str = "mdav", *, quasi: Any, sensitive: Any = None, label: Any = None,

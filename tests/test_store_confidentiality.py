@@ -407,3 +407,18 @@ def test_purge_from_the_python_api(cli, tmp_path):
         anonflow.purge(tmp_path / "none.duckdb", everything=True)
     with pytest.raises(InputError, match="say what to purge"):
         anonflow.purge(db)
+
+
+def test_purge_never_rewrites_a_duckdb_file_that_is_not_a_store(cli, tmp_path):
+    import duckdb
+
+    theirs = tmp_path / "theirs.duckdb"
+    con = duckdb.connect(str(theirs))
+    con.execute("CREATE TABLE t AS SELECT 1 AS x")
+    con.close()
+    os.chmod(theirs, 0o600)
+    before = theirs.read_bytes()
+    res = cli("purge", "--db", theirs, "--all")
+    assert res.exit_code == 1 and "is not an anonflow store" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert theirs.read_bytes() == before
