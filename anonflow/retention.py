@@ -202,8 +202,9 @@ def purge_file(db: str | os.PathLike[str], *, everything: bool = False, runs: It
     purge of the store file ``db``. Only an anonflow store is purged: the file is first opened
     read-only and its schema checked, so a DuckDB file of the user's is never rewritten.
     Returns the plan's JSON, with the sizes before and after and ``dry_run``."""
+    db = os.fspath(db)
     if not os.path.exists(db):
-        raise StoreError(f"no anonflow store at {os.fspath(db)} (pass --db)")
+        raise StoreError(f"no anonflow store at {db} (pass --db)")
     before = None
     if older_than is not None:
         age = parse_age(older_than, "older_than") if isinstance(older_than, str) else older_than
