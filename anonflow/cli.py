@@ -419,7 +419,8 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
                            + (f"  {took:.2f}s" if took is not None else "")
                            + f"  {data}"
                            + (f"  --set {_overrides_text(r['overrides'], ' --set ')}" if r["overrides"] else "")
-                           + (f"  error: {r['error']}" if r["error"] else ""))
+                           + (f"  error: {r['error']}" if r["error"] else "")
+                           + (f"  cleaned up after it: {'; '.join(r['cleaned'])}" if r.get("cleaned") else ""))
             size = f", a file of {_size_text(h['bytes'])}" if h["bytes"] is not None else ""
             click.echo(f"confidential data in {db}: {h['tables']} source or intermediate table(s), {h['rows']} "
                        f"records{size}; published tables: {h['published_tables']}"
@@ -439,6 +440,8 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
             click.echo("  overrides: --set " + _overrides_text(run_rec["overrides"], " --set "))
         if run_rec["error"]:
             click.echo(f"  error: {run_rec['error']}")
+        for line in run_rec.get("cleaned") or []:
+            click.echo(f"  cleaned up after it: {line}")
         for s in detail["steps"]:
             cached = f" (reused from {s['cached_from']})" if s["cached_from"] else ""
             click.echo(f"  {s['position'] + 1:>2}. {s['step']} [{_step_uses(s)}] {s['status']}{cached}")

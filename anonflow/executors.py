@@ -21,7 +21,7 @@ first fragment of its group, so the result does not depend on which worker ran i
 
 from __future__ import annotations
 
-import glob
+import contextlib
 import os
 import re
 import shutil
@@ -30,9 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .errors import InputError, RunError
+from .errors import AnonflowWarning, InputError, RunError
 
 KINDS = ("local", "processes", "dask")
+
+#: at most this many worker processes per core (``processes:N``, a LocalCluster's ``dask:N``):
+#: more only adds memory and start-up time, and thousands exhaust the process table
+WORKERS_PER_CORE = 4
+
+
+def most_workers() -> int:
+    """The most worker processes anonflow starts on this machine."""
+    return WORKERS_PER_CORE * (os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -133,6 +142,13 @@ def executor_spec(data: Any, where: str, base: Path | None = None) -> ExecutorSp
         workers = None
     elif kind == "processes" or (kind == "dask" and address is None):
         workers = workers or (os.cpu_count() or 1)
+        if workers > most_workers():
+            import warnings
+
+            warnings.warn(f"{where}: {workers} worker processes asked for, {most_workers()} started "
+                          f"({WORKERS_PER_CORE} per core on this machine's {os.cpu_count() or 1}); more would "
+                          "only add memory and start-up time", AnonflowWarning, stacklevel=2)
+            workers = most_workers()
     return ExecutorSpec(kind, workers, address, work_dir)
 
 
@@ -334,6 +350,10 @@ class Executor:
     def close(self) -> None:  # noqa: B027 - most executors hold nothing
         pass
 
+    def abort(self) -> None:
+        """The run was interrupted: stop now, without waiting for running tasks."""
+        self.close()
+
 
 class LocalExecutor(Executor):
     def __init__(self, spec: ExecutorSpec) -> None:
@@ -344,10 +364,47 @@ class LocalExecutor(Executor):
             yield run_fragment(task)
 
 
+def _die_with_parent(parent: int) -> None:
+    """A worker process's initializer: end with the run's process even when that one is
+    killed outright (SIGKILL leaves no chance to stop the workers). Linux asks the kernel
+    (``PR_SET_PDEATHSIG``); elsewhere a worker of a dead run ends at its next task."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+@contextlib.contextmanager
+def _main_not_reimported() -> Iterator[None]:
+    """Start worker processes without their importing the caller's main script when it is no
+    file (a script piped to ``python -``, whose ``__main__.__file__`` is ``<stdin>``): a
+    spawned worker re-runs the main module's file, and one named ``<stdin>`` cannot be found,
+    so every worker died at start. The tasks need only anonflow and the plugins."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or getattr(main, "__spec__", None) is not None or os.path.isfile(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
 class ProcessExecutor(Executor):
     """N processes (spawned: a forked copy of a process holding a DuckDB connection and its
     threads is unsafe). A worker that dies breaks the pool; the unfinished tasks then run
-    again on a new one, at most ``retries`` times."""
+    again on a new one, at most ``retries`` times. When the run is interrupted
+    (:meth:`abort`) the workers are killed, not waited for; they also die with the run's
+    process (:func:`_die_with_parent`)."""
 
     retries = 3
 
@@ -361,7 +418,8 @@ class ProcessExecutor(Executor):
             from concurrent.futures import ProcessPoolExecutor
 
             self.pool = ProcessPoolExecutor(max_workers=self.spec.workers,
-                                            mp_context=multiprocessing.get_context("spawn"))
+                                            mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_die_with_parent, initargs=(os.getpid(),))
         return self.pool
 
     def map(self, tasks: list[FragmentTask]) -> Iterator[FragmentResult]:
@@ -372,7 +430,8 @@ class ProcessExecutor(Executor):
         broken = 0
         while pending:
             pool = self._pool()
-            futures = {pool.submit(run_fragment, t): i for i, t in pending.items()}
+            with _main_not_reimported():  # workers start as tasks are submitted
+                futures = {pool.submit(run_fragment, t): i for i, t in pending.items()}
             try:
                 waiting = set(futures)
                 while waiting:
@@ -397,13 +456,28 @@ class ProcessExecutor(Executor):
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
 
+    def abort(self) -> None:
+        """Kill the workers (the run was interrupted: their tasks' results are not wanted)."""
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for p in processes:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                p.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+        for p in processes:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                p.join(5)
+
 
 class DaskExecutor(Executor):
     """A ``distributed`` client: of a scheduler at ``address``, or of a LocalCluster of
     worker processes started here (and stopped by :meth:`close`)."""
 
-    def __init__(self, spec: ExecutorSpec, where: str = "") -> None:
+    def __init__(self, spec: ExecutorSpec, where: str = "", journal: Any = None) -> None:
         self.spec = spec
+        self.journal = journal
         try:
             import logging
 
@@ -423,8 +497,11 @@ class DaskExecutor(Executor):
         else:
             import tempfile
 
-            # the workers spill the fragments they hold (original records) here: owner-only, removed on close
-            self._local = tempfile.mkdtemp(prefix="anonflow-dask-")
+            from .cleanup import private_folder
+
+            # the workers spill the fragments they hold (original records) here: owner-only, removed on
+            # close, journaled first (removed after a kill too)
+            self._local = str(private_folder(tempfile.gettempdir(), "anonflow-dask-", journal, "dask"))
             self.cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True,
                                         dashboard_address=None, silence_logs=logging.ERROR,
                                         local_directory=self._local)
@@ -458,36 +535,47 @@ class DaskExecutor(Executor):
             finally:
                 if self._local is not None:
                     shutil.rmtree(self._local, ignore_errors=True)
+                    if self.journal is not None and not os.path.lexists(self._local):
+                        self.journal.removed(self._local)
 
 
-def start_executor(spec: ExecutorSpec, where: str = "") -> Executor:
+def start_executor(spec: ExecutorSpec, where: str = "", journal: Any = None) -> Executor:
+    """``journal`` (:class:`anonflow.cleanup.Journal`): where folders the executor creates
+    (a LocalCluster's local folder) are recorded before they are made."""
     if spec.kind == "processes":
         return ProcessExecutor(spec)
     if spec.kind == "dask":
-        return DaskExecutor(spec, where)
+        return DaskExecutor(spec, where, journal=journal)
     return LocalExecutor(spec)
 
 
 class WorkFolder:
     """A private folder the fragments and results of one step travel through: created inside
-    ``parent`` (mode 0700), removed afterwards whatever happened."""
+    ``parent`` (mode 0700, journaled first: :mod:`anonflow.cleanup`), removed afterwards
+    whatever happened."""
 
-    def __init__(self, parent: Path, step: str) -> None:
-        import tempfile
+    def __init__(self, parent: Path, step: str, journal: Any = None) -> None:
+        from .cleanup import private_folder
 
         parent.mkdir(parents=True, exist_ok=True)
-        self.path = Path(tempfile.mkdtemp(prefix=f".anonflow-work-{re.sub(r'[^A-Za-z0-9_.-]', '_', step)[:40]}-",
-                                          dir=parent))
-        os.chmod(self.path, 0o700)
+        self.journal = journal
+        self.path = private_folder(parent, f".anonflow-work-{re.sub(r'[^A-Za-z0-9_.-]', '_', step)[:40]}-", journal,
+                                   "work")
 
     def files(self, input_index: int, fragment: int) -> list[str]:
-        return sorted(glob.glob(str(self.path / f"in{input_index}" / f"_af_part={fragment}" / "*.parquet")))
+        """The Parquet files DuckDB wrote for one fragment, listed exactly (the folder's path is
+        the user's and is never read as a pattern)."""
+        folder = self.path / f"in{input_index}" / f"_af_part={fragment}"
+        with os.scandir(folder) as it:
+            return sorted(e.path for e in it if e.name.endswith(".parquet") and e.is_file(follow_symlinks=False))
 
     def result(self, index: int, mode: str = "run") -> str:
         return str(self.path / f"{'result' if mode == 'run' else 'summary'}-{index:06d}.parquet")
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        if self.journal is not None and not os.path.lexists(self.path):
+            self.journal.removed(self.path)
 
 
 def run_all(executor: Executor, tasks: list[FragmentTask], progress: Callable[[int], None]) -> list[FragmentResult]:

@@ -30,10 +30,9 @@ written; the files are then restored and the run fails.)
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from .errors import InputError, RunError, WorkflowError
 from .filemodes import make_ordinary, make_ordinary_folder
@@ -98,6 +97,9 @@ class OutputGuard:
         self.claimed: set[str] = set()
         #: folders that did not exist when a publisher resolved a path in them
         self.created: set[str] = set()
+        #: the run's journal (:class:`anonflow.cleanup.Journal`, set by the runner): what is
+        #: published and moved aside is recorded there first, so a killed run's is undone later
+        self.journal: Any = None
 
     def defer(self, keys: Iterable[str], commit: Callable[[], None], rollback: Callable[[], None]) -> None:
         """Commit a publisher's open transaction (a database's) with the run, or roll it back
@@ -147,12 +149,17 @@ class OutputGuard:
         if any(inside(key, done) for done in self.resolved):
             return  # resolved before in this run, or inside a folder that was: all there is this run's
         self.resolved.append(key)
+        if self.journal is not None:
+            self.journal.publishing(key)
         if not (path.exists() or path.is_symlink()):
             return
         if self._aside is None:
-            self._aside = self.out_dir / f".anonflow-previous-{secrets.token_hex(6)}"
-            self._aside.mkdir(mode=0o700)
+            from .cleanup import private_folder
+
+            self._aside = private_folder(self.out_dir, ".anonflow-previous-", self.journal, "aside")
         target = self._aside / str(len(self.moved))
+        if self.journal is not None:
+            self.journal.moved(key, target)
         os.replace(path, target)
         self.moved[key] = str(target)
 
@@ -187,6 +194,9 @@ class OutputGuard:
         again). A transaction that cannot be committed rolls back the rest and the files, and
         raises RunError."""
         committed: list[str] = []
+        if self.journal is not None and self.pending:
+            # from the first database commit on, the outputs are final: a recovery keeps them
+            self.journal.committing()
         while self.pending:
             key, done, _ = self.pending.pop(0)
             try:
@@ -198,6 +208,8 @@ class OutputGuard:
                 raise RunError(f"could not commit what was published to {key}: "
                                f"{' '.join(str(exc).split())[:400]}; {kept}") from None
             committed.append(key)
+        if self.journal is not None and not committed:
+            self.journal.committing()
         for key, target in self.moved.items():
             if not (os.path.lexists(key)):
                 os.replace(target, key)
@@ -214,6 +226,8 @@ class OutputGuard:
     def _finish(self) -> None:
         if self._aside is not None:
             shutil.rmtree(self._aside, ignore_errors=True)
+            if self.journal is not None and not os.path.lexists(self._aside):
+                self.journal.removed(self._aside)
         self._aside = None
         self.moved = {}
         self.resolved = []

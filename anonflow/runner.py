@@ -30,7 +30,7 @@ from .executors import (Executor, ExecutorSpec, FragmentResult, FragmentTask, Wo
 from .fragments import describe_sizes, fragment_groups, keep_classes_together, merge_neighbours
 from .schema import CLASS, FRAGMENT, ROW
 from .spec import RETAIN, Resources, WorkflowSpec
-from .store import SCHEMA_VERSION, Artifact, DatabaseError, OutOfMemory, Store, ident
+from .store import SCHEMA_VERSION, Artifact, DatabaseError, OutOfMemory, Store, duckdb_file, ident
 from .outputs import inside
 from .params import ParamError, validate_params
 from .table import ColumnDomain, TypedTable
@@ -329,21 +329,70 @@ class Runner:
         self.reporter = reporter or Reporter()
         self.history = history
         self.output_guard: Any = None
+        #: the run's journal (:class:`anonflow.cleanup.Journal`) while it runs
+        self.journal: Any = None
 
     def run(self, spec: WorkflowSpec, *, use_cache: bool = True, output_dir: Path | None = None,
             plan: Plan | None = None, retain: str | None = None) -> RunResult:
         """Run every step of ``spec``; raise :class:`AnonflowError` (with ``run_id`` set) on failure.
 
+        SIGTERM and SIGHUP (in the main thread) end the run as Ctrl-C does: the workers are
+        killed, every work folder removed and earlier outputs put back before the exception
+        (``SystemExit(128 + signal)``) leaves; what a killed run leaves is cleaned up from its
+        journal later (:mod:`anonflow.cleanup`).
+
         ``retain`` (default: the workflow's ``retain:``): what the store keeps of the tables this
         run used once it ends, succeeded or failed (:mod:`anonflow.retention`): ``all``;
         ``published``: the sources and intermediate tables are purged and the store rewritten;
         ``none``: the published tables too."""
+        from .cleanup import cleanup_on_termination
+
+        with cleanup_on_termination():
+            return self._run(spec, use_cache=use_cache, output_dir=output_dir, plan=plan, retain=retain)
+
+    def _prepare_out_dir(self, out_dir: Path) -> None:
+        """Create the output folder (with the modes the user's umask gives, as its published
+        files get) and clean up after runs that were killed while writing there."""
+        from .cleanup import JOURNAL_PREFIX, recover_folder
+        from .filemodes import make_ordinary_folder
+
+        missing = []
+        folder = Path(os.path.abspath(out_dir))
+        while not folder.exists() and folder.parent != folder:
+            missing.append(folder)
+            folder = folder.parent
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise InputError(f"cannot create the output folder {out_dir}: {exc.strerror or exc}") from None
+            make_ordinary_folder(folder)
+        if not out_dir.is_dir():
+            raise InputError(f"the output folder {out_dir} is not a folder")
+        for journal, done in recover_folder(out_dir).items():
+            run_id = Path(journal).name[len(JOURNAL_PREFIX):-len(".jsonl")]
+            self.store.journal_cleaned(run_id, done)  # a run of this store: 'anonflow runs' says it
+            if done:
+                import warnings
+
+                from .errors import AnonflowWarning
+
+                warnings.warn(f"cleaned up after interrupted run {run_id} in {out_dir}: " + "; ".join(done),
+                              AnonflowWarning, stacklevel=3)
+
+    def _run(self, spec: WorkflowSpec, *, use_cache: bool, output_dir: Path | None, plan: Plan | None,
+             retain: str | None) -> RunResult:
+        from .cleanup import Journal
+
         retain = retain or spec.retain
         if retain not in RETAIN:
             raise InputError(f"retain must be one of {', '.join(RETAIN)}, got {retain!r}")
         plan = plan or build_plan(spec, self.registry)
         self.store.configure(spec.resources.merged(self.resources))
         out_dir = default_output_dir(spec, output_dir)
+        self._prepare_out_dir(out_dir)
         guard = check_outputs(plan, out_dir, self.store, self.registry)
         self._out_dir = out_dir
         self.executor_spec = spec.executor.merged(self.executor_override)
@@ -359,6 +408,18 @@ class Runner:
         artifacts: dict[str, Artifact] = {}
         name = ""
         self.output_guard = guard  # the same guard checks each path again when it is written
+        # what the run creates outside the store is journaled before it is made
+        self.journal = Journal(out_dir, run_id, store=None if self.store.in_memory else
+                               os.path.abspath(self.store.path))
+        guard.journal = self.journal
+        finished = False
+        try:
+            self.store.record_journal(run_id, str(self.journal.path))
+            self.store.spill_journaled(self.journal)
+        except BaseException:
+            self.journal.close()
+            self.store.finish_run(run_id, "failed", "could not start its journal")
+            raise
         try:
             for position, name in enumerate(plan.order):
                 node = plan.nodes[name]
@@ -372,6 +433,7 @@ class Runner:
                 if (rec.get("summary") or {}).get("suppressed") is not None:
                     result.steps[-1]["suppressed"] = rec["summary"]["suppressed"]
             guard.commit()  # a database publisher's transaction commits here (it may fail the run)
+            finished = True
         except BaseException as exc:
             try:  # publish all or nothing: what this run wrote goes, earlier files come back
                 guard.rollback()
@@ -405,7 +467,10 @@ class Runner:
             exc.steps = result.steps  # type: ignore[attr-defined]  # those that ran, for --json
             raise exc
         finally:
-            self._close_executor()
+            try:
+                self._close_executor(abort=not finished)
+            finally:
+                self._end_journal(run_id)
         self.store.finish_run(run_id, "succeeded")
         result.status = "succeeded"
         result.metrics = self.store.metrics(run_id)
@@ -684,19 +749,37 @@ class Runner:
 
     def _executor_for(self, where: str) -> Executor:
         if self._executor is None:
-            self._executor = start_executor(self.executor_spec, where=where)
+            self._executor = start_executor(self.executor_spec, where=where, journal=self.journal)
         return self._executor
 
-    def _close_executor(self) -> None:
+    def _close_executor(self, abort: bool = False) -> None:
+        """Stop the executor: wait for it, or (``abort``: the run failed or was interrupted)
+        kill its workers now."""
         if self._executor is not None:
             try:
-                self._executor.close()
+                if abort:
+                    self._executor.abort()
+                else:
+                    self._executor.close()
             finally:
                 self._executor = None
 
+    def _end_journal(self, run_id: str) -> None:
+        """The run has cleaned up after itself (work folders, executor, outputs): DuckDB spills
+        to an unjournaled folder again and the journal goes."""
+        journal = getattr(self, "journal", None)
+        if journal is None:
+            return
+        self.journal = None
+        try:
+            self.store.spill_journaled(None)
+        finally:
+            journal.close()
+        self.store.journal_cleaned(run_id, [])
+
     def _work_folder(self, node: Node) -> WorkFolder:
         parent = Path(self.executor_spec.work_dir) if self.executor_spec.work_dir else self._out_dir
-        return WorkFolder(parent, node.name)
+        return WorkFolder(parent, node.name, self.journal)
 
     def _run_fragments(self, node: Node, table: TypedTable, ctx: StepContext, where: str) -> TypedTable:
         """Run an algorithm on a partitioned table: once per group of fragments on the
@@ -759,6 +842,9 @@ class Runner:
             t2 = time.perf_counter()
             out = self._merge_results(node, table, results, ctx, where)
             clock["merge"] = time.perf_counter() - t2
+        except BaseException:
+            self._close_executor(abort=True)  # no worker writes into the folder while it is removed
+            raise
         finally:
             work.remove()
         busy = sum(r.seconds for r in results)
@@ -881,7 +967,7 @@ class Runner:
         advance = self.reporter.progress(len(tasks), f"{node.name}: fragment summaries")
         results = run_all(executor, tasks, advance)
         files = [r.path for r in results]
-        listed = ", ".join(f"'{f.replace(chr(39), chr(39) * 2)}'" for f in files)
+        listed = ", ".join(f"'{duckdb_file(f).replace(chr(39), chr(39) * 2)}'" for f in files)
         summary = self.store.sql(f"SELECT * EXCLUDE (_af_n), sum(_af_n)::BIGINT AS _af_n FROM read_parquet([{listed}]) "
                                  "GROUP BY ALL ORDER BY ALL NULLS LAST")
         ctx.note(f"{node.uses}: summaries of {len(ids)} fragment(s) on {self.executor_spec.describe()} summed into "

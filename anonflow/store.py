@@ -23,7 +23,6 @@ import time
 import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -135,9 +134,22 @@ MIGRATIONS: list[tuple[str, str]] = [
             bytes_after  BIGINT
         );
     """),
+    ("run journals", """
+        -- where each run's journal lies (anonflow.cleanup): what it created outside the store
+        -- (work folders, Dask and spill folders, earlier outputs moved aside), written before
+        -- each is made; cleaned is set when the run ended or its leftovers were cleaned up:
+        -- [] when it had cleaned up itself, else one line per thing removed or put back
+        CREATE TABLE af_journal (
+            run_id   VARCHAR PRIMARY KEY,
+            journal  VARCHAR NOT NULL,
+            cleaned  JSON
+        );
+    """),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
+#: the migration that created ``af_journal``
+_JOURNALS = next(v for v, (name, _) in enumerate(MIGRATIONS, start=1) if name == "run journals")
 #: prefix of tables being written (renamed to their content address once hashed)
 SCRATCH = "af_scratch_"
 #: DuckDB's integer types (its CSV sniffer picks BIGINT)
@@ -179,15 +191,26 @@ class Artifact:
     rows: int
 
 
+def duckdb_file(path: str | os.PathLike[str]) -> str:
+    """``path`` as DuckDB's file readers (``read_parquet``, ``read_csv``) take it literally.
+    They expand ``*``, ``?`` and ``[...]`` in a file name: ``out[1]/x.parquet`` reads
+    ``out1/x.parquet`` if there is one. Each such character is written as a class of itself
+    (``[[]``), which DuckDB's matcher, like POSIX ``fnmatch``, reads as that character alone,
+    so the one file is read whatever its name (tests/test_names_not_patterns.py puts decoys
+    that the unescaped name would match beside it)."""
+    text = os.fspath(path)
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
 def _read_expr(src: SourceSpec, whole: bool = True, types: dict[str, str] | None = None) -> tuple[str, list[Any]]:
     """SQL (and its parameters) that reads a file source. CSV column types are sniffed on the
     whole file (``whole``: no late surprise, no value silently rounded to a type sniffed on a
     sample) or, for planning, which needs only the column names, on DuckDB's sample."""
     if src.format == "parquet":
-        return "SELECT * FROM read_parquet(?)", [str(src.path)]
+        return "SELECT * FROM read_parquet(?)", [duckdb_file(src.path)]
     opts = src.options
     args = ["sample_size = -1"] if whole else []
-    params: list[Any] = [str(src.path)]
+    params: list[Any] = [duckdb_file(src.path)]
     if "delimiter" in opts:
         args.append("delim = ?")
         params.append(str(opts["delimiter"]))
@@ -246,7 +269,7 @@ def _check_header(con: Any, src: SourceSpec, names: list[str]) -> None:
     ``column<i>``. ``names`` are the columns DuckDB read; the header is read raw to compare."""
     if src.format != "csv" or src.options.get("header") is False:
         return
-    args, params = ["header = false", "all_varchar = true"], [str(src.path)]
+    args, params = ["header = false", "all_varchar = true"], [duckdb_file(src.path)]
     for key, opt in (("delimiter", "delim"), ("quote", "quote")):
         if key in src.options:
             args.append(f"{opt} = ?")
@@ -476,6 +499,22 @@ def damaged(path: Path, exc: Exception) -> str:
     return f"the store {path} refused a value: {msg}"
 
 
+_OPENING: dict[str, threading.Lock] = {}
+_OPENING_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _opening(path: Path) -> Iterator[None]:
+    """One thread of this process at a time creates, migrates and tidies a store file: DuckDB
+    shares one database between the connections a process opens to it, and two threads
+    creating the same new store's tables at once failed with "Catalog write-write conflict"."""
+    key = os.path.realpath(path)
+    with _OPENING_LOCK:
+        lock = _OPENING.setdefault(key, threading.Lock())
+    with lock:
+        yield
+
+
 class Store:
     """One DuckDB file holding data tables and the lineage of every run."""
 
@@ -509,10 +548,12 @@ class Store:
             if read_only:
                 self._check_schema()
             else:
-                self._migrate()
-                self._mark_interrupted()
-                self._drop_scratch()
-                self._drop_purge_copies()
+                with _opening(self.path):  # two threads opening one new store: one creates it
+                    self._migrate()
+                    self._mark_interrupted()
+                    self._drop_scratch()
+                    self._drop_purge_copies()
+                    self._clean_journals()
         except duckdb.Error as exc:
             self.close()
             raise StoreError(damaged(self.path, exc)) from None
@@ -545,6 +586,51 @@ class Store:
             self.con.execute(f"SET threads = {int(resources.threads)}")
             self.threads = int(resources.threads)
         self.memory_limit = str(self._one("SELECT current_setting('memory_limit')")[0])
+
+    def spill_journaled(self, journal: Any) -> None:
+        """Move DuckDB's spill folder to a new one recorded in a run's ``journal`` before it is
+        made (spilled records are original records: a killed run's are removed later)."""
+        from .cleanup import private_folder
+
+        spill = str(private_folder(Path(self._spill).parent, "anonflow-spill-", journal, "spill"))
+        try:
+            self.con.execute(f"SET temp_directory = '{_sql_text(spill)}'")
+        except duckdb.Error:  # DuckDB holds spilled data there still: keep it
+            shutil.rmtree(spill, ignore_errors=True)
+            if journal is not None:
+                journal.removed(spill)
+            return
+        old, self._spill = self._spill, spill
+        shutil.rmtree(old, ignore_errors=True)
+        self._spill_journal = journal
+
+    def _clean_journals(self) -> None:
+        """Clean up after runs that were killed (:func:`anonflow.cleanup.recover`), from the
+        journals this store recorded; what was cleaned is kept in ``af_journal.cleaned``
+        (``anonflow runs`` shows it)."""
+        from .cleanup import recover
+
+        active = sorted(ACTIVE_RUNS) or [""]
+        rows = self.con.execute("SELECT run_id, journal FROM af_journal WHERE cleaned IS NULL AND run_id NOT IN "
+                                f"({', '.join('?' * len(active))})", active).fetchall()
+        for run_id, journal in rows:
+            if not os.path.lexists(journal):
+                done = [f"its journal {journal} was gone: a later run publishing into that folder cleaned up after it "
+                        "(or it was removed by hand)"]
+            else:
+                got = recover(journal)
+                if got is None:
+                    continue  # its run is alive (another thread of this process, or its lock is held)
+                done = got
+            self.journal_cleaned(run_id, done)
+
+    def record_journal(self, run_id: str, journal: str) -> None:
+        """Where the run's journal lies (:mod:`anonflow.cleanup`)."""
+        self.con.execute("INSERT INTO af_journal VALUES (?, ?, NULL)", [run_id, journal])
+
+    def journal_cleaned(self, run_id: str, done: list[str]) -> None:
+        """The run's leftovers were cleaned (``done``: one line each; empty if there were none)."""
+        self.con.execute("UPDATE af_journal SET cleaned = ? WHERE run_id = ?", [_json(done), run_id])
 
     def _mark_interrupted(self) -> None:
         """Runs left ``running`` by a process that died (killed, power cut) become
@@ -602,6 +688,9 @@ class Store:
                 con.close()
         finally:
             shutil.rmtree(self._spill, ignore_errors=True)
+            journal = getattr(self, "_spill_journal", None)
+            if journal is not None and not os.path.lexists(self._spill):
+                journal.removed(self._spill)
             self._leave_private()
 
     def _leave_private(self) -> None:
@@ -686,9 +775,10 @@ class Store:
             return
         real = Path(os.path.realpath(self.path))
         pattern = re.compile(re.escape(f".{real.name}.purge-") + r"[0-9a-f]{12}(\.wal)?")
-        for leftover in real.parent.glob(f".{glob_escape(real.name)}.purge-*"):
-            if pattern.fullmatch(leftover.name) and leftover.is_file() and not leftover.is_symlink():
-                leftover.unlink(missing_ok=True)
+        with os.scandir(real.parent) as it:  # listed exactly: the store's name is never a pattern
+            leftovers = [e.path for e in it if pattern.fullmatch(e.name) and e.is_file(follow_symlinks=False)]
+        for leftover in leftovers:
+            Path(leftover).unlink(missing_ok=True)
 
     def _column_names(self, name: str) -> list[str]:
         return [r[0] for r in self.con.execute(
@@ -788,7 +878,7 @@ class Store:
     def read_results(self, query: str, files: list[str], **tables: Any) -> TypedTable:
         """:meth:`derive_table` of ``query``, which reads the Parquet ``files`` (results of
         workers) as ``r`` (with their path as ``r.filename``); records sorted by ``_row``."""
-        listed = ", ".join(f"'{_sql_text(f)}'" for f in files)
+        listed = ", ".join(f"'{_sql_text(duckdb_file(f))}'" for f in files)
         body = f"WITH r AS (SELECT * FROM read_parquet([{listed}], union_by_name = true, filename = true)) {query}"
         return self.derive_table(body, ordered=False, **tables)
 
@@ -1152,7 +1242,7 @@ class Store:
         out = []
         for row in cur.fetchall():
             rec = dict(zip(names, row))
-            for key in ("params", "inputs", "summary", "overrides", "versions", "typing", "claims", "plugins"):
+            for key in ("params", "inputs", "summary", "overrides", "versions", "typing", "claims", "plugins", "cleaned"):
                 if isinstance(rec.get(key), str):
                     rec[key] = json.loads(rec[key])
             out.append(rec)
@@ -1167,13 +1257,21 @@ class Store:
                     r["error"] = r.get("error") or "its process ended before the run finished"
         return rows
 
+    def _cleaned(self) -> str:
+        """A column ``cleaned``: what was cleaned up after the run (a list of lines; empty when
+        nothing was left, NULL when not known yet), for :meth:`runs` and :meth:`run`."""
+        if self._applied() < _JOURNALS:  # a store of an older anonflow, opened read-only
+            return "NULL::JSON AS cleaned"
+        return "(SELECT j.cleaned FROM af_journal j WHERE j.run_id = af_runs.run_id) AS cleaned"
+
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:
         return self._status(self._dicts(
-            "SELECT run_id, workflow, workflow_path, seed, overrides, status, error, started_at, finished_at "
-            "FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT ?", [limit]))
+            "SELECT run_id, workflow, workflow_path, seed, overrides, status, error, started_at, finished_at, "
+            f"{self._cleaned()} FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT ?", [limit]))
 
     def run(self, run_id: str) -> dict[str, Any]:
-        rows = self._status(self._dicts("SELECT * FROM af_runs WHERE run_id = ? OR (? <> '' AND starts_with(run_id, ?)) "
+        rows = self._status(self._dicts(f"SELECT *, {self._cleaned()} FROM af_runs WHERE run_id = ? OR "
+                                        "(? <> '' AND starts_with(run_id, ?)) "
                                         "ORDER BY started_at DESC", [run_id, run_id, run_id]))
         if not rows:
             raise StoreError(f"no run {run_id!r} in {self.path}")

@@ -1,0 +1,302 @@
+"""What a run leaves outside the store is journaled first, and removed even if the run is killed.
+
+A run creates things outside the store that hold original records or earlier outputs: work
+folders of a partitioned step (``.anonflow-work-*``, in the output folder or ``work_dir``),
+the local folder of a Dask LocalCluster and DuckDB's spill folder (in the temporary folder),
+and the folder publishing moves earlier outputs aside into (``.anonflow-previous-*``). Before
+it creates any of them, the run writes what it is about to create into its **journal**, a
+file ``.anonflow-journal-<run>.jsonl`` in the output folder (one JSON object a line, each
+flushed to disk before the thing it names is made), and the store records where that file is
+(table ``af_journal``). The run holds an exclusive ``flock`` on its journal while it lives.
+
+- A run that ends, succeeded or failed (an error, Ctrl-C, ``SIGTERM``, ``SIGHUP``: see
+  :func:`cleanup_on_termination`), removes what it created, puts earlier outputs back if it did
+  not publish, and deletes its journal.
+- A run that could not (``SIGKILL``, a power cut) leaves its journal. :func:`recover` replays
+  it: work, Dask and spill folders are removed, what the run published is removed and the
+  earlier outputs are moved back (or, if the run was already committing its outputs, the new
+  ones are kept and the moved-aside copies dropped). It runs when the store is next opened for
+  writing (every journal ``af_journal`` names) and when a run next publishes into that output
+  folder (every journal found there, whichever store it belongs to). A journal whose lock is
+  held belongs to a live run and is left alone.
+
+A journal is read only as a list of paths to clean, and only paths of the kinds anonflow
+creates are touched: a folder named as anonflow names them (never a symbolic link), and
+outputs inside the journal's own output folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+#: the journal files' names: ``.anonflow-journal-<run id>.jsonl``
+JOURNAL_PREFIX = ".anonflow-journal-"
+_JOURNAL_NAME = re.compile(re.escape(JOURNAL_PREFIX) + r"[0-9A-Za-z_-]{1,64}\.jsonl")
+#: what each kind of folder a journal may name is called (the last part of its path)
+FOLDER_NAMES = {
+    "work": re.compile(r"\.anonflow-work-.*"),
+    "dask": re.compile(r"anonflow-dask-[0-9a-f]+"),
+    "spill": re.compile(r"anonflow-spill-[0-9a-f]+"),
+    "aside": re.compile(r"\.anonflow-previous-[0-9a-f]+"),
+}
+
+
+def private_folder(parent: Path | str, prefix: str, journal: "Journal | None", kind: str) -> Path:
+    """A new owner-only folder ``parent/<prefix><random hex>``, journaled before it is made."""
+    parent = Path(parent)
+    while True:
+        path = parent / f"{prefix}{secrets.token_hex(6)}"
+        if journal is not None:
+            journal.created(kind, path)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(path, 0o700)
+        return path
+
+
+class Journal:
+    """One run's journal (see the module docstring), created and locked in ``folder``."""
+
+    def __init__(self, folder: Path | str, run_id: str, *, store: str | None = None) -> None:
+        self.folder = Path(os.path.abspath(folder))
+        self.path = self.folder / f"{JOURNAL_PREFIX}{run_id}.jsonl"
+        self.run_id = run_id
+        self._lock = threading.Lock()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
+                     0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._fd: int | None = fd
+        self._write({"op": "begin", "run": run_id, "store": store, "out": str(self.folder), "pid": os.getpid()})
+        _fsync_folder(self.folder)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            if self._fd is None:
+                return
+            os.write(self._fd, (json.dumps(record, ensure_ascii=True) + "\n").encode())
+            os.fsync(self._fd)
+
+    def created(self, kind: str, path: Path | str) -> None:
+        """``path`` (a folder of ``kind``: work, dask, spill, aside) is about to be created."""
+        self._write({"op": "create", "kind": kind, "path": os.path.abspath(path)})
+
+    def removed(self, path: Path | str) -> None:
+        """``path`` (created earlier) is gone."""
+        self._write({"op": "remove", "path": os.path.abspath(path)})
+
+    def publishing(self, path: Path | str) -> None:
+        """A publisher is about to write ``path`` (inside the output folder)."""
+        self._write({"op": "publish", "path": os.path.abspath(path)})
+
+    def moved(self, original: Path | str, target: Path | str) -> None:
+        """An earlier output at ``original`` is about to be moved aside to ``target``."""
+        self._write({"op": "move", "path": os.path.abspath(original), "to": os.path.abspath(target)})
+
+    def committing(self) -> None:
+        """The run's outputs are final from here on: a recovery keeps them."""
+        self._write({"op": "commit"})
+
+    def close(self) -> None:
+        """The run ended and cleaned up after itself: the journal goes."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _records(fh: Any) -> list[dict[str, Any]]:
+    out = []
+    for line in fh.read().decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # the last line, torn by the kill
+        if isinstance(rec, dict) and isinstance(rec.get("op"), str):
+            out.append(rec)
+    return out
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _remove(path: str) -> bool:
+    if os.path.islink(path) or os.path.isfile(path):
+        os.unlink(path)
+        return True
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+        return True
+    return False
+
+
+def recover(path: Path | str) -> list[str] | None:
+    """Clean up after the run whose journal is ``path``: returns one line per thing cleaned
+    (empty: it had cleaned up itself), or None if the run is alive (its journal is locked) or
+    ``path`` is not a journal."""
+    path = Path(path)
+    if not _JOURNAL_NAME.fullmatch(path.name):
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None  # a live run holds it
+        if not os.path.exists(path):  # recovered and removed meanwhile by someone else
+            return []
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            records = _records(fh)
+        done = _replay(records, str(path.parent))
+        path.unlink(missing_ok=True)
+        return done
+    finally:
+        os.close(fd)
+
+
+def _replay(records: list[dict[str, Any]], out: str) -> list[str]:
+    created: dict[str, str] = {}
+    published: list[str] = []
+    moved: list[tuple[str, str]] = []
+    committing = False
+    for rec in records:
+        op, p = rec["op"], rec.get("path")
+        if op == "create" and isinstance(p, str) and rec.get("kind") in FOLDER_NAMES:
+            created[p] = rec["kind"]
+        elif op == "remove" and isinstance(p, str):
+            created.pop(p, None)
+        elif op == "publish" and isinstance(p, str) and _inside(p, out):
+            published.append(p)
+        elif op == "move" and isinstance(p, str) and isinstance(rec.get("to"), str) and _inside(p, out) \
+                and _inside(rec["to"], out):
+            moved.append((p, rec["to"]))
+        elif op == "commit":
+            committing = True
+    done: list[str] = []
+    asides = {p for p, kind in created.items() if kind == "aside"}
+    moved = [(p, to) for p, to in moved if any(_inside(to, a) for a in asides)]
+    if committing:  # the outputs were final: earlier ones not written again come back, the copies go
+        for p, to in moved:
+            if not os.path.lexists(p) and os.path.lexists(to):
+                os.replace(to, p)
+                done.append(f"kept the earlier output {p} (not written again)")
+    else:  # publish all or nothing: what the run wrote goes, what it moved aside comes back
+        for p in reversed(published):
+            if any(p == q or _inside(p, q) for q, _ in moved):
+                continue  # handled below
+            if _remove(p):
+                done.append(f"removed {p}, published by the interrupted run")
+                _prune(os.path.dirname(p), out)
+        for p, to in moved:
+            if os.path.lexists(to):
+                if os.path.lexists(p):
+                    _remove(p)
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                os.replace(to, p)
+                done.append(f"put back the earlier output {p}")
+    for p, kind in created.items():
+        name = os.path.basename(p)
+        if not FOLDER_NAMES[kind].fullmatch(name) or os.path.islink(p) or not os.path.isdir(p):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        what = {"work": "work folder", "dask": "Dask local folder", "spill": "DuckDB spill folder",
+                "aside": "folder of moved-aside outputs"}[kind]
+        done.append(f"removed the {what} {p}")
+    return done
+
+
+def _prune(folder: str, out: str) -> None:
+    while _inside(folder, out):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+        folder = os.path.dirname(folder)
+
+
+def journals_in(folder: Path | str) -> list[Path]:
+    """The journal files in ``folder`` (listed exactly: no pattern is made of its name)."""
+    try:
+        with os.scandir(folder) as it:
+            return sorted(Path(e.path) for e in it if _JOURNAL_NAME.fullmatch(e.name) and e.is_file(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def recover_folder(folder: Path | str) -> dict[str, list[str]]:
+    """:func:`recover` every journal left in an output folder: ``{journal path: lines}``."""
+    out = {}
+    for path in journals_in(folder):
+        done = recover(path)
+        if done is not None:
+            out[str(path)] = done
+    return out
+
+
+# -- signals --------------------------------------------------------------------------------
+
+#: signals that end a run with its cleanup (SIGINT raises KeyboardInterrupt as it always does)
+TERMINATING = ("SIGTERM", "SIGHUP")
+
+
+@contextlib.contextmanager
+def cleanup_on_termination() -> Iterator[None]:
+    """While the block runs (in the main thread), SIGTERM and SIGHUP raise ``SystemExit``
+    (128 + the signal's number), so that the block's ``finally`` cleanup runs before the
+    process ends, as Ctrl-C's ``KeyboardInterrupt`` does; a second signal during the cleanup
+    is ignored. The previous handlers are restored afterwards. Outside the main thread (an API
+    run in a thread) it does nothing: Python delivers signals to the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signum, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    previous: dict[int, Any] = {}
+    for name in TERMINATING:
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            previous[sig] = signal.signal(sig, stop)
+        except (ValueError, OSError):
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
