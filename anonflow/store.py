@@ -195,7 +195,7 @@ def duckdb_file(path: str | os.PathLike[str]) -> str:
     """``path`` as DuckDB's file readers (``read_parquet``, ``read_csv``) take it literally.
     They expand ``*``, ``?`` and ``[...]`` in a file name: ``out[1]/x.parquet`` reads
     ``out1/x.parquet`` if there is one. Each such character is written as a class of itself
-    (``[[]``), which DuckDB's matcher, like POSIX ``fnmatch``, reads as that character alone,
+    (``[[]``), which DuckDB's matcher, like a POSIX shell's, reads as that character alone,
     so the one file is read whatever its name (tests/test_names_not_patterns.py puts decoys
     that the unescaped name would match beside it)."""
     text = os.fspath(path)
@@ -458,6 +458,9 @@ def _check_store_file(path: Path) -> None:
     """An existing ``--db`` must be a DuckDB file: DuckDB "opens" other files (a CSV, say) as
     an empty database in memory, so a mistyped --db would record a run nowhere, and it would
     write its header over an empty file of the user's."""
+    if "?" in str(path):  # DuckDB reads what follows as options: its write-ahead log would go elsewhere
+        raise StoreError(f"cannot use {path} as a store: DuckDB cannot keep a database whose path holds '?' "
+                         "(it would write its log under another name); choose another --db")
     if not (path.exists() or path.is_symlink()):
         return
     if path.is_dir():
