@@ -347,7 +347,7 @@ class Runner:
         ``none``: the published tables too."""
         from .cleanup import cleanup_on_termination
 
-        with cleanup_on_termination():
+        with cleanup_on_termination(), self.store.exclusive():
             return self._run(spec, use_cache=use_cache, output_dir=output_dir, plan=plan, retain=retain)
 
     def _prepare_out_dir(self, out_dir: Path) -> None:

@@ -518,8 +518,25 @@ def _opening(path: Path) -> Iterator[None]:
         yield
 
 
+_RUNNING: dict[str, threading.RLock] = {}
+
+
 class Store:
     """One DuckDB file holding data tables and the lineage of every run."""
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """One run at a time on this store file in this process: its threads share one DuckDB
+        database, and two runs creating the same content-addressed table or step view at once
+        failed with "Catalog write-write conflict". A second thread's run waits for the first."""
+        if self.in_memory:
+            yield
+            return
+        key = os.path.realpath(self.path)
+        with _OPENING_LOCK:
+            lock = _RUNNING.setdefault(key, threading.RLock())
+        with lock:
+            yield
 
     def __init__(self, path: str | Path = "anonflow.duckdb", *, read_only: bool = False) -> None:
         self.path = Path(path)

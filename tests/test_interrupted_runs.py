@@ -226,3 +226,33 @@ def test_the_output_folder_gets_the_users_umask_like_its_files(tmp_path):
     for folder in (tmp_path / "a", tmp_path / "a" / "b"):
         assert oct(folder.stat().st_mode & 0o777) == "0o755", folder
     assert oct((tmp_path / "a" / "b" / "slow.csv").stat().st_mode & 0o777) == "0o644"
+
+
+def test_two_api_threads_run_on_one_new_store(tmp_path):
+    """Two threads, each running a workflow through the Python API on the same new store:
+    both succeed (they failed with "Catalog write-write conflict": one process's connections
+    share one DuckDB database; creating the store and each run are one thread at a time)."""
+    import threading
+
+    import anonflow
+
+    (tmp_path / "d.csv").write_text("age,sex\n" + "".join(f"{20 + i},{'mf'[i % 2]}\n" for i in range(30)))
+    wf = anonflow.Workflow.from_dict({"name": "th", "seed": 1, "sources": {"d": "d.csv"}, "steps": {
+        "t": {"uses": "typing", "input": "d", "with": {"quasi": {"age": "continuous"}}},
+        "m": {"uses": "mdav", "input": "t", "with": {"k": 3}},
+        "o": {"uses": "publish", "input": "m", "with": {"publisher": "csv", "path": "m.csv"}}}}, base_dir=tmp_path)
+    results, errors = [], []
+
+    def go(i):
+        try:
+            results.append(wf.run(db=tmp_path / "s.duckdb", out_dir=tmp_path / f"out{i}").status)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == [] and results == ["succeeded", "succeeded"]
+    assert (tmp_path / "out0" / "m.csv").read_bytes() == (tmp_path / "out1" / "m.csv").read_bytes()
