@@ -24,6 +24,7 @@ from typing import Any, Callable, ClassVar, Mapping
 import numpy as np
 import pyarrow as pa
 
+from .cleanup import cleanup_on_termination
 from .errors import AnonflowError, InputError, PluginError, PurgedError, RunError
 from .filemodes import make_ordinary
 from .hierarchy import Hierarchy
@@ -47,6 +48,8 @@ __all__ = [
     "InputError", "RunError", "PluginError", "PurgedError", "atomic_write", "RunInfo",
     # a published folder written outside the output guard gets the modes of published files
     "make_ordinary",
+    # SIGTERM and SIGHUP end a block as Ctrl-C does, so that its cleanup runs (anonflow.cleanup)
+    "cleanup_on_termination",
     # publishing generalized values (anonflow.generalization)
     "interval_label", "interval_labels", "set_label", "set_labels", "generalized_attribute", "mark_generalized",
     "generalization", "structured_columns", "numeric_column",

@@ -17,7 +17,6 @@ manifest field and file compared; with other versions or code, the published fil
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import hashlib
 import io
@@ -27,15 +26,13 @@ import os
 import posixpath
 import re
 import shutil
-import signal
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any, Mapping
 
 import pyarrow.parquet as pq
 
-from anonflow.api import CLASS, InputError, file_sha256
+from anonflow.api import CLASS, InputError, cleanup_on_termination, file_sha256
 from anonflow.lineage import canonical_json
 
 from .checks import claim_checks, derive_checks, show_value, threshold_misses, verdict
@@ -858,36 +855,6 @@ def _copy_pinned(base: Path, rel: str, dst: Path, sha: str, text: bool) -> str:
     return again
 
 
-@contextlib.contextmanager
-def _cleanup_on_termination() -> Any:
-    """While the block runs (in the main thread), SIGTERM and SIGHUP raise ``SystemExit``
-    (128 + the signal's number), so that the block's ``finally`` cleanup runs before the
-    process ends; a second signal during the cleanup is ignored. The previous handlers are
-    restored afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        signal.signal(signum, signal.SIG_IGN)
-        raise SystemExit(128 + signum)
-
-    previous: dict[int, Any] = {}
-    for name in ("SIGTERM", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is None:
-            continue
-        try:
-            previous[sig] = signal.signal(sig, stop)
-        except (ValueError, OSError):
-            pass
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-
 def _unsigned_form(manifest: Mapping[str, Any]) -> bytes:
     """The manifest's bytes as if unsigned (a re-run signs with a throwaway key)."""
     body = {k: v for k, v in manifest.items() if k != "integrity"}
@@ -908,7 +875,7 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
     ``re-run: not attempted: ...`` finding, and nothing is run. The scratch folder is removed
     afterwards, also when verify is ended by SIGTERM or SIGHUP."""
     f.rerun = {"verdict": "not-attempted"}
-    with _cleanup_on_termination():
+    with cleanup_on_termination():  # the engine's, as 'anonflow run' uses
         _rerun_confined(release, manifest, f, registry, db=db, sources=sources)
 
 
