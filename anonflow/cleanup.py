@@ -120,6 +120,49 @@ class Journal:
             os.close(fd)
 
 
+class LazyJournal:
+    """A :class:`Journal` made when the run first needs one (the first thing it is about to
+    create), so a run that creates nothing outside the store (an API run in memory that
+    publishes nothing) leaves no output folder; ``on_start(journal)`` runs once it exists
+    (the runner creates the output folder first and records the journal in the store)."""
+
+    def __init__(self, folder: Path | str, run_id: str, *, store: str | None,
+                 before: Any = None, after: Any = None) -> None:
+        self.folder, self.run_id, self.store = Path(folder), run_id, store
+        self._before, self._after = before, after
+        self.journal: Journal | None = None
+
+    def start(self) -> Journal:
+        if self.journal is None:
+            if self._before is not None:
+                self._before()
+            self.journal = Journal(self.folder, self.run_id, store=self.store)
+            if self._after is not None:
+                self._after(self.journal)
+        return self.journal
+
+    def created(self, kind: str, path: Path | str) -> None:
+        self.start().created(kind, path)
+
+    def publishing(self, path: Path | str) -> None:
+        self.start().publishing(path)
+
+    def moved(self, original: Path | str, target: Path | str) -> None:
+        self.start().moved(original, target)
+
+    def committing(self) -> None:
+        if self.journal is not None:
+            self.journal.committing()
+
+    def removed(self, path: Path | str) -> None:
+        if self.journal is not None:
+            self.journal.removed(path)
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+
+
 def _fsync_folder(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

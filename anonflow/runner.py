@@ -350,10 +350,9 @@ class Runner:
         with cleanup_on_termination(), self.store.exclusive():
             return self._run(spec, use_cache=use_cache, output_dir=output_dir, plan=plan, retain=retain)
 
-    def _prepare_out_dir(self, out_dir: Path) -> None:
-        """Create the output folder (with the modes the user's umask gives, as its published
-        files get) and clean up after runs that were killed while writing there."""
-        from .cleanup import JOURNAL_PREFIX, recover_folder
+    def _make_out_dir(self, out_dir: Path) -> None:
+        """Create the output folder with the modes the user's umask gives (as its published
+        files get: the store being open makes new folders owner-only)."""
         from .filemodes import make_ordinary_folder
 
         missing = []
@@ -371,6 +370,13 @@ class Runner:
             make_ordinary_folder(folder)
         if not out_dir.is_dir():
             raise InputError(f"the output folder {out_dir} is not a folder")
+
+    def _clean_out_dir(self, out_dir: Path) -> None:
+        """Clean up after runs that were killed while writing into ``out_dir`` (their journals)."""
+        from .cleanup import JOURNAL_PREFIX, recover_folder
+
+        if not out_dir.is_dir():
+            return
         for journal, done in recover_folder(out_dir).items():
             run_id = Path(journal).name[len(JOURNAL_PREFIX):-len(".jsonl")]
             self.store.journal_cleaned(run_id, done)  # a run of this store: 'anonflow runs' says it
@@ -380,11 +386,11 @@ class Runner:
                 from .errors import AnonflowWarning
 
                 warnings.warn(f"cleaned up after interrupted run {run_id} in {out_dir}: " + "; ".join(done),
-                              AnonflowWarning, stacklevel=3)
+                              AnonflowWarning, stacklevel=4)
 
     def _run(self, spec: WorkflowSpec, *, use_cache: bool, output_dir: Path | None, plan: Plan | None,
              retain: str | None) -> RunResult:
-        from .cleanup import Journal
+        from .cleanup import LazyJournal
 
         retain = retain or spec.retain
         if retain not in RETAIN:
@@ -392,7 +398,7 @@ class Runner:
         plan = plan or build_plan(spec, self.registry)
         self.store.configure(spec.resources.merged(self.resources))
         out_dir = default_output_dir(spec, output_dir)
-        self._prepare_out_dir(out_dir)
+        self._clean_out_dir(out_dir)
         guard = check_outputs(plan, out_dir, self.store, self.registry)
         self._out_dir = out_dir
         self.executor_spec = spec.executor.merged(self.executor_override)
@@ -408,14 +414,20 @@ class Runner:
         artifacts: dict[str, Artifact] = {}
         name = ""
         self.output_guard = guard  # the same guard checks each path again when it is written
-        # what the run creates outside the store is journaled before it is made
-        self.journal = Journal(out_dir, run_id, store=None if self.store.in_memory else
-                               os.path.abspath(self.store.path))
+        # what the run creates outside the store is journaled before it is made; the journal
+        # (and the output folder) are made when first needed
+        def started(journal: Any) -> None:
+            self.store.record_journal(run_id, str(journal.path))
+            self.store.spill_journaled(journal)
+
+        self.journal = LazyJournal(out_dir, run_id, store=None if self.store.in_memory else
+                                   os.path.abspath(self.store.path), before=lambda: self._make_out_dir(out_dir),
+                                   after=started)
         guard.journal = self.journal
         finished = False
         try:
-            self.store.record_journal(run_id, str(self.journal.path))
-            self.store.spill_journaled(self.journal)
+            if out_dir.is_dir():
+                self.journal.start()
         except BaseException:
             self.journal.close()
             self.store.finish_run(run_id, "failed", "could not start its journal")
@@ -768,9 +780,9 @@ class Runner:
         """The run has cleaned up after itself (work folders, executor, outputs): DuckDB spills
         to an unjournaled folder again and the journal goes."""
         journal = getattr(self, "journal", None)
-        if journal is None:
-            return
         self.journal = None
+        if journal is None or journal.journal is None:
+            return
         try:
             self.store.spill_journaled(None)
         finally:
@@ -779,6 +791,8 @@ class Runner:
 
     def _work_folder(self, node: Node) -> WorkFolder:
         parent = Path(self.executor_spec.work_dir) if self.executor_spec.work_dir else self._out_dir
+        if self.journal is not None:
+            self.journal.start()  # makes the output folder (with the user's modes) and the journal first
         return WorkFolder(parent, node.name, self.journal)
 
     def _run_fragments(self, node: Node, table: TypedTable, ctx: StepContext, where: str) -> TypedTable:
