@@ -20,9 +20,10 @@ flushed to disk before the thing it names is made), and the store records where 
   folder (every journal found there, whichever store it belongs to). A journal whose lock is
   held belongs to a live run and is left alone.
 
-A journal is read only as a list of paths to clean, and only paths of the kinds anonflow
-creates are touched: a folder named as anonflow names them (never a symbolic link), and
-outputs inside the journal's own output folder.
+A journal is read only as a list of paths to clean, and only if it is this user's and
+owner-only (a journal planted in a shared folder is ignored); only paths of the kinds anonflow
+creates are touched: a folder of this user named as anonflow names them (never a symbolic
+link), and outputs inside the journal's own output folder.
 """
 
 from __future__ import annotations
@@ -214,6 +215,9 @@ def recover(path: Path | str) -> list[str] | None:
     except OSError:
         return None
     try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None  # not written by anonflow as this user: never acted on (a shared folder)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -271,7 +275,8 @@ def _replay(records: list[dict[str, Any]], out: str) -> list[str]:
                 done.append(f"put back the earlier output {p}")
     for p, kind in created.items():
         name = os.path.basename(p)
-        if not FOLDER_NAMES[kind].fullmatch(name) or os.path.islink(p) or not os.path.isdir(p):
+        if not FOLDER_NAMES[kind].fullmatch(name) or os.path.islink(p) or not os.path.isdir(p) \
+                or os.lstat(p).st_uid != os.getuid():
             continue
         shutil.rmtree(p, ignore_errors=True)
         what = {"work": "work folder", "dask": "Dask local folder", "spill": "DuckDB spill folder",
@@ -326,7 +331,8 @@ def cleanup_on_termination() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: Any) -> None:
-        signal.signal(signum, signal.SIG_IGN)
+        for sig in previous:  # a second signal, of either kind, does not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
     previous: dict[int, Any] = {}

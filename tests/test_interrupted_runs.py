@@ -256,3 +256,32 @@ def test_two_api_threads_run_on_one_new_store(tmp_path):
         t.join(120)
     assert errors == [] and results == ["succeeded", "succeeded"]
     assert (tmp_path / "out0" / "m.csv").read_bytes() == (tmp_path / "out1" / "m.csv").read_bytes()
+
+
+def test_a_planted_journal_removes_nothing_but_what_anonflow_names(tmp_path, cli):
+    """A journal is acted on only if it is this user's and owner-only, and then only on
+    folders named as anonflow names them and on outputs inside its own output folder."""
+    wf = workflow(tmp_path)
+    wf.write_text(wf.read_text().replace("slow: {uses: test.slow, input: parts}",
+                                         "slow: {uses: mdav, input: parts, with: {k: 3}}")
+                  .replace("quasi: {age: continuous, sex: nominal}", "quasi: {age: continuous}"))
+    out = tmp_path / "out"
+    out.mkdir()
+    keep, elsewhere = out / "keep.txt", tmp_path / "mine"
+    keep.write_text("the user's")
+    elsewhere.mkdir()
+    records = [{"op": "begin", "run": "x"}, {"op": "publish", "path": str(keep)},
+               {"op": "create", "kind": "work", "path": str(elsewhere)},
+               {"op": "create", "kind": "work", "path": str(tmp_path / "d.csv")}]
+    loose = out / ".anonflow-journal-planted.jsonl"
+    loose.write_text("".join(json.dumps(r) + "\n" for r in records))
+    os.chmod(loose, 0o644)
+    res = cli("run", wf, "--db", tmp_path / "s.duckdb", "--out-dir", out)
+    assert res.exit_code == 0, res.output
+    assert keep.exists() and loose.exists() and elsewhere.is_dir()
+    os.chmod(loose, 0o600)  # owner-only: replayed, but 'mine' and d.csv are not anonflow's names
+    records[1]["path"] = str(tmp_path / "d.csv")  # outside the journal's output folder
+    loose.write_text("".join(json.dumps(r) + "\n" for r in records))
+    res = cli("run", wf, "--db", tmp_path / "s.duckdb", "--out-dir", out)
+    assert res.exit_code == 0, res.output
+    assert not loose.exists() and keep.exists() and elsewhere.is_dir() and (tmp_path / "d.csv").exists()
