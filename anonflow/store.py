@@ -476,6 +476,10 @@ def damaged(path: Path, exc: Exception) -> str:
     return f"the store {path} refused a value: {msg}"
 
 
+#: the run id that names the newest run (``anonflow report latest``, ``runs latest``, ``--run latest``)
+LATEST = "latest"
+
+
 class Store:
     """One DuckDB file holding data tables and the lineage of every run."""
 
@@ -1173,6 +1177,13 @@ class Store:
             "FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT ?", [limit]))
 
     def run(self, run_id: str) -> dict[str, Any]:
+        """The run ``run_id``: its full id, an unambiguous prefix of one, or ``latest`` (the
+        newest run: every command that takes a run id reads it so)."""
+        if run_id == LATEST:
+            newest = self._one("SELECT run_id FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT 1")
+            if newest is None:
+                raise StoreError(f"no run recorded in {self.path}, so no latest one")
+            run_id = newest[0]
         rows = self._status(self._dicts("SELECT * FROM af_runs WHERE run_id = ? OR (? <> '' AND starts_with(run_id, ?)) "
                                         "ORDER BY started_at DESC", [run_id, run_id, run_id]))
         if not rows:

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from anonflow.api import CLASS, InputError, file_sha256
 from anonflow.lineage import canonical_json
 
-from .checks import claim_checks, derive_checks, show_value, threshold_misses, verdict
+from .checks import release_checks, show_value, threshold_misses, verdict
 from .release import (FILE_FIELDS, LOSSY_KEY, MANIFEST, MANIFEST_FIELDS, MANIFEST_RECORDS, PLAIN_NAME,
                       SCHEMA_VERSION, SIGN_EXTRA, SIGNATURE, crypto, csv_difference, field_digests, file_entry,
                       file_rows, integrity, declared_sources, json_digest, key_fingerprint, load_manifest,
@@ -352,12 +352,12 @@ def _verify_checks(release: Path, manifest: Mapping[str, Any], registry: Any, f:
         f.add(False, "manifest field checks", "is not a list of checks")
         recorded = [c for c in recorded if isinstance(c, dict)] if isinstance(recorded, list) else []
     try:
-        derived = derive_checks(manifest, registry)
+        planned, notes = release_checks(manifest, registry)
     except Exception as exc:
         f.add(False, "privacy checks", "cannot be derived from the release's claims and evaluate steps: "
                                        + _error_text(exc))
         return
-    extra, notes = claim_checks(rel.get("claims") if rel.get("claims") is not None else {}, derived, registry)
+    derived = [c for c in planned if not c.get("claim")]
     for ok, what, detail in notes:
         f.add(ok, what, detail, show=True)
     rec_plugin = [(i, c) for i, c in enumerate(recorded) if c.get("check") not in BUILTIN_CHECKS]
@@ -366,7 +366,7 @@ def _verify_checks(release: Path, manifest: Mapping[str, Any], registry: Any, f:
                                               f"claims (release.claims) and the evaluate steps of its table call for "
                                               f"{_checks_list(derived)}")
     try:
-        again = run_file_checks(release, manifest, derived + extra, registry, sql)
+        again = run_file_checks(release, manifest, planned, registry, sql)
     except Exception as exc:
         f.add(False, "privacy checks", "cannot be run on the published files: " + _error_text(exc))
         return
