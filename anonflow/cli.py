@@ -421,6 +421,11 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
                            + f"  {data}"
                            + (f"  --set {_overrides_text(r['overrides'], ' --set ')}" if r["overrides"] else "")
                            + (f"  error: {r['error']}" if r["error"] else ""))
+            pending = store.pending_purge()
+            if pending is not None:
+                click.echo(f"an interrupted purge of {db} (started {pending.get('started_at') or 'at an unknown time'}, "
+                           f"{len(pending.get('tables') or [])} table(s)) is pending: the file may still hold the "
+                           "records it was removing; the next run or 'anonflow purge' on this store finishes it")
             size = f", a file of {_size_text(h['bytes'])}" if h["bytes"] is not None else ""
             click.echo(f"confidential data in {db}: {h['tables']} source or intermediate table(s), {h['rows']} "
                        f"records{size}; published tables: {h['published_tables']}"
@@ -508,6 +513,9 @@ def purge(db: str, everything: bool, run_ids: tuple[str, ...], older: str | None
     if done["kept_for_later_runs"]:
         click.echo(f"kept {len(done['kept_for_later_runs'])} table(s) that later runs used")
     if not dry_run:
+        if done.get("redacted"):
+            click.echo(f"removed {done['redacted']} recorded error message(s) and note(s) of those runs (they could "
+                       "quote original values)")
         click.echo(f"rewrote the store into a fresh file: {_size_text(done['bytes_before'] or 0)} -> "
                    f"{_size_text(done['bytes_after'] or 0)}; lineage and hashes kept")
 

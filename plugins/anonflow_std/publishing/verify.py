@@ -1088,9 +1088,12 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             ed25519, serialization = crypto()
             target = src_dir / relative_inside(k)
             target.parent.mkdir(parents=True, exist_ok=True)
-            if not target.exists():
-                target.write_bytes(ed25519.Ed25519PrivateKey.generate().private_bytes(
-                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+            if not target.exists():  # owner-only, as the signing key must be
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    os.fchmod(fh.fileno(), 0o600)
+                    fh.write(ed25519.Ed25519PrivateKey.generate().private_bytes(
+                        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
         try:
             spec = dataclasses.replace(spec, overrides=tuple(tuple(o) for o in manifest.get("overrides") or []))
             history = [{"params": p["params"], "metrics": p["metrics"]}
