@@ -1465,6 +1465,9 @@ class Store:
         pending = self.pending_purge()
         if pending is None:
             return
+        pid = pending.get("pid")
+        if isinstance(pid, int) and pid != os.getpid() and _process_alive(pid):
+            return  # its purge is still running (between its rename and its reconnect): it finishes itself
         if self.other_names():  # rewriting would zero the other names: left pending, said
             warnings.warn(f"an interrupted purge of {self.path} is pending, but the store now has other names (hard "
                           "links); it is finished once they are removed", AnonflowWarning, stacklevel=3)
@@ -1488,6 +1491,16 @@ class Store:
         row = self._one("SELECT r.run_id FROM af_step_runs s JOIN af_runs r USING (run_id) WHERE s.step = ? "
                                "ORDER BY r.started_at DESC LIMIT 1", [step])
         return row[0] if row else None
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
 
 
 def _zero_fill(fd: int, block: int = 1 << 20) -> None:

@@ -41,7 +41,7 @@ from anonflow.api import CLASS, ROW, InputError, Partition, RunError, TypedTable
 from anonflow.lineage import canonical_json
 
 from .. import __version__
-from .checks import release_checks, run_check, scratch_context, threshold_misses
+from .checks import release_checks, run_checks, scratch_context, threshold_misses
 from .release import (MANIFEST, RELEASE_KEY, TYPING_KEY, file_entry, integrity, load_manifest, load_release_table,
                       plain, regular_sha256, write_csv, write_parquet)
 from .report import params_text
@@ -312,16 +312,13 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
         bad_notes = [f"{what}: {detail}" for okay, what, detail in notes if not okay]
         if bad_notes:
             raise RunError(f"apply: {bad_notes[0]}")
-        checks = []
-        for c in planned:
-            if not c["recheck"]:
-                raise RunError(f"apply: the release's check {c['check']} needs the original table; it cannot be "
-                               "checked on an applied batch")
-            result = run_check(c, table, registry, ctx)
-            h = result.get(f"{c['check']}.holds")
-            checks.append({"check": c["check"], "params": c["params"], "claim": bool(c.get("claim")),
-                           "evaluated": c.get("evaluated"), "result": result,
-                           "holds": None if h is None else h == 1.0})
+        needs = next((c["check"] for c in planned if not c["recheck"]), None)
+        if needs is not None:
+            raise RunError(f"apply: the release's check {needs} needs the original table; it cannot be checked on "
+                           "an applied batch")
+        checks = [{"check": c["check"], "params": c["params"], "claim": bool(c.get("claim")),
+                   "evaluated": c.get("evaluated"), "result": c["result"], "holds": c["holds"]}
+                  for c in run_checks(planned, table, registry, ctx)]
         failed = [f"{'claimed ' if c['claim'] else ''}{c['check']} ({_shown(c['result'])})"
                   for c in checks if c["holds"] is False]
         failed += [m for c in checks if not c["claim"] for m in threshold_misses(c, manifest["steps"])]

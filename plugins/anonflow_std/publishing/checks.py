@@ -8,7 +8,8 @@
   model with its claimed parameters, where no planned check reads the claim;
   :func:`release_checks`: both, the one list ``verify`` and ``apply`` run.
 * :func:`run_check`: one check run through the plugin registry, as an evaluate step runs it
-  (:func:`scratch_context` gives it a context outside a workflow step).
+  (:func:`scratch_context` gives it a context outside a workflow step); :func:`run_checks`:
+  the checks :func:`release_checks` decided, on a table (the published one, or a new batch).
 * :func:`verdict` and :func:`threshold_misses`: a metric value against its threshold, and
   the evaluate step's thresholds on a check's values.
 
@@ -87,6 +88,25 @@ def run_check(check: Mapping[str, Any], table: TypedTable, registry: Any, ctx: S
     reg.obj.check(params, anonymized=table)
     result = reg.obj.compute(None, table, params, ctx)
     return {k: clean_number(v) for k, v in sorted(result.items())}
+
+
+def run_checks(checks: list[Mapping[str, Any]], table: TypedTable, registry: Any,
+               ctx: StepContext) -> list[dict[str, Any]]:
+    """Run the checks :func:`release_checks` decided on ``table`` (a release's published
+    table for ``verify``, a new batch for ``apply``): each entry with its ``result`` and
+    ``holds`` (True/False for a model with a parameter to hold, None for one that measures
+    only, or for a check that needs the original table: not run, ``result`` None)."""
+    out = []
+    for c in checks:
+        entry = dict(c)
+        if not c["recheck"]:
+            entry.update(result=None, holds=None)
+        else:
+            result = run_check(c, table, registry, ctx)
+            h = result.get(f"{c['check']}.holds")
+            entry.update(result=result, holds=None if h is None else h == 1.0)
+        out.append(entry)
+    return out
 
 
 def clean_number(value: Any) -> float | None:

@@ -58,7 +58,7 @@ from ..common import sensitive_column
 from ..lossyjoin.publisher import K_MEANING, check_header_name, k_figures, split_tables
 from ..privacy.counts import pair_consistency_sql
 from . import report as report_mod
-from .checks import claim_checks, planned_checks, run_check, scratch_context, threshold_misses, verdict
+from .checks import claim_checks, planned_checks, run_checks, scratch_context, threshold_misses, verdict
 from .publishers import csv_columns
 
 SCHEMA_VERSION = 1
@@ -457,17 +457,7 @@ def run_file_checks(release: Path, manifest: Mapping[str, Any], checks: list[dic
                     "recheck": True, "result": k_figures(qi, typing.quasi, info["class_column"], sql), "holds": None,
                     "meaning": K_MEANING})
     table = load_release_table(release, manifest)
-    ctx = scratch_context(sql, release, "verify")
-    for c in checks:
-        entry = dict(c)
-        if not c["recheck"]:
-            entry.update(result=None, holds=None)
-        else:
-            result = run_check(c, table, registry, ctx)
-            h = result.get(f"{c['check']}.holds")
-            entry.update(result=result, holds=None if h is None else h == 1.0)
-        out.append(entry)
-    return out
+    return out + run_checks(checks, table, registry, scratch_context(sql, release, "verify"))
 
 
 # -- signatures (Ed25519, the cryptography package: the 'sign' extra) ------------------------
