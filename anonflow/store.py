@@ -1402,6 +1402,11 @@ class Store:
         journal = self.purge_journal()
         if journal is None or not journal.is_file() or journal.is_symlink():
             return None
+        st = journal.stat()
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:  # not one a purge of ours wrote: never acted on
+            warnings.warn(f"{journal} looks like a purge journal but is not an owner-only file of yours; it is "
+                          "ignored (remove it)", AnonflowWarning, stacklevel=3)
+            return None
         try:
             data = json.loads(journal.read_text(encoding="utf-8"))
         except (OSError, ValueError):

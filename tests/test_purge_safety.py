@@ -52,6 +52,9 @@ def test_a_store_with_other_names_is_refused_in_one_line_and_both_names_stay_int
     assert "every other name would be left holding only zeros" in res.output and "nothing was purged" in res.output
     assert f"-samefile {db}" in res.output
     assert db.read_bytes() == before == backup.read_bytes()
+    (tmp_path / "via-link.duckdb").symlink_to(db)        # a symbolic link is not another name; the file's are
+    res = cli("purge", "--all", "--db", tmp_path / "via-link.duckdb")
+    assert res.exit_code == 1 and "has 1 other name(s)" in res.output and db.read_bytes() == before
     res = cli("runs", "--db", backup)
     assert res.exit_code == 0 and "succeeded" in res.output
     # retain: published on a linked store: the run's purge is refused the same way, the backup intact
@@ -180,3 +183,23 @@ def test_retain_published_and_purge_all_leave_no_original_value_in_the_store(cli
         notes = [n for r in store.runs() for s in store.steps(r["run_id"]) for n in (s["summary"] or {}).get("notes", [])]
         assert set(notes) <= {REDACTED}
         assert json.dumps([r["error"] for r in store.runs()]).count(SECRET) == 0
+
+
+def test_a_journal_open_to_others_is_never_acted_on(cli, tmp_path):
+    """A purge journal is honoured only as a purge of the store's owner writes it (owner-only): one
+    planted in a shared folder cannot make the next run purge the store."""
+    db = tmp_path / "s.duckdb"
+    _run(cli, workflow(tmp_path), db)
+    journal = tmp_path / ".s.duckdb.purge-journal"
+    journal.write_text(json.dumps({"selection": {"all": True, "keep": "none"}, "objects": [], "tables": [],
+                                   "runs": []}))
+    journal.chmod(0o644)
+    before = db.read_bytes()
+    with pytest.warns(Warning, match="looks like a purge journal but is not an owner-only file of yours"):
+        Store(db).close()
+    assert journal.exists() and originals_in(db) and db.read_bytes() == before
+    journal.chmod(0o600)   # as a purge writes it: finished (it names no table, so none goes)
+    Store(db).close()
+    assert not journal.exists()
+    with Store(db, read_only=True) as store:
+        assert store.purges()[-1]["selection"]["interrupted"] is True and store.purges()[-1]["tables"] == []
