@@ -218,7 +218,7 @@ def purge_file(db: str | os.PathLike[str], *, everything: bool = False, runs: It
         age = parse_age(older_than, "older_than") if isinstance(older_than, str) else older_than
         before = datetime.now(timezone.utc) - age
     Store(db, read_only=True).close()  # an anonflow store, of a schema this version reads
-    with Store(db) as store:
+    with Store(db, read_only=dry_run) as store:  # a dry run changes nothing (not even a pending purge)
         plan = plan_purge(store, runs=list(runs) if runs is not None else None, before=before,
                           everything=everything, keep=keep)
         done = plan.to_json() if dry_run else purge(store, plan)

@@ -83,6 +83,24 @@ def test_the_checks_and_their_recorded_results_are_forged_too_and_the_key_still_
     assert not (tmp_path / "b").exists()
 
 
+def test_the_publishers_apply_takes_the_key_in_python(signed, tmp_path):
+    """The API equivalent of --key: the release publisher's apply(..., key=)."""
+    from anonflow.errors import InputError
+    from anonflow.plugins import get_registry
+
+    rel, pub, new = signed
+    publisher = get_registry().get("publisher", "release").obj
+    record = publisher.apply(rel, new, tmp_path / "a", suppression=0.9, key=pub)
+    assert record["signature"]["status"] == "valid" and record["checks"][0]["holds"] is True
+    forge(rel, lambda m: m["release"].__setitem__("claims", {"k-anonymity": {"k": 2}}))
+    with pytest.raises(InputError, match=r"^the release does not verify, so apply will not publish under its name: "
+                                         r"signature: manifest.sig is not a valid signature"):
+        publisher.apply(rel, new, tmp_path / "b", suppression=0.2, key=pub)
+    with pytest.raises(InputError, match=r"k-anonymity.k: recorded 5.0, now 2.0"):
+        publisher.apply(rel, new, tmp_path / "b", suppression=0.2)
+    assert not (tmp_path / "b").exists()
+
+
 def test_apply_checks_the_signature_with_the_key_and_says_what_it_checked(cli, signed, tmp_path):
     rel, pub, new = signed
     res = cli("apply", rel, new, "-o", tmp_path / "a", "--suppression", "0.9", "--key", pub)
