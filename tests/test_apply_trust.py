@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CENSUS_QI, census_workflow
+from .conftest import CENSUS_QI, DATA, census_workflow
 from .test_apply import adult  # noqa: F401  (the module fixture: ARX Adult, a lattice release)
 from .test_release import RELEASE, failures, run_json, verify
 from .test_release_trust import SIGNED, forge, keygen
@@ -30,13 +30,54 @@ def _batch(project: Path, rows: int = 300) -> Path:
     return path
 
 
+def _made(tmp_path_factory, extra: str) -> Path:
+    """A project folder (Census data, keys/release.key) in which a Census MDAV release (k = 5)
+    with the publish step ``extra`` was made: made once per module, copied by each test."""
+    from click.testing import CliRunner
+
+    from anonflow.cli import main
+
+    folder = tmp_path_factory.mktemp("made")
+    (folder / "data" / "sdcmicro").mkdir(parents=True)
+    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", folder / "data" / "sdcmicro")
+    (folder / "keys").mkdir()
+    runner = CliRunner()
+
+    def cli(*args):
+        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+    keygen(cli, folder / "keys" / "release.key")
+    run_json(cli, census_workflow(folder, extra=extra), "--db", folder / "s.duckdb", "--out-dir", folder / "out")
+    _batch(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def signed_made(tmp_path_factory):
+    return _made(tmp_path_factory, SIGNED)
+
+
+@pytest.fixture(scope="module")
+def unsigned_made(tmp_path_factory):
+    return _made(tmp_path_factory, RELEASE)
+
+
+def _copy(made: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
+    folder = tmp_path / "p"
+    shutil.copytree(made, folder, symlinks=True)    # (modes kept: the private key stays 0600)
+    return folder / "out" / "release", folder / "keys" / "release.key.pub", folder / "new.csv"
+
+
 @pytest.fixture
-def signed(cli, project):
-    """A signed Census MDAV release (k = 5), its public key and a batch of new records."""
-    (project / "keys").mkdir()
-    pub = keygen(cli, project / "keys" / "release.key")
-    run_json(cli, census_workflow(project, extra=SIGNED), "--db", project / "s.duckdb", "--out-dir", project / "out")
-    return project / "out" / "release", pub, _batch(project)
+def signed(signed_made, tmp_path):
+    """A signed Census MDAV release (k = 5), its public key and a batch of new records, in tmp_path/p."""
+    return _copy(signed_made, tmp_path)
+
+
+@pytest.fixture
+def unsigned(unsigned_made, tmp_path):
+    """The same release, unsigned (its folder also holds a key pair)."""
+    return _copy(unsigned_made, tmp_path)
 
 
 # -- section 4: apply refuses what verify fails -------------------------------------------------
@@ -120,9 +161,8 @@ def test_apply_checks_the_signature_with_the_key_and_says_what_it_checked(cli, s
     assert res.exit_code == 2 and "is a private key; give its .pub file" in res.output
 
 
-def test_an_unsigned_release_says_so_and_a_key_refuses_it(cli, project, tmp_path):
-    run_json(cli, census_workflow(project, extra=RELEASE), "--db", project / "s.duckdb", "--out-dir", project / "out")
-    rel, new = project / "out" / "release", _batch(project)
+def test_an_unsigned_release_says_so_and_a_key_refuses_it(cli, unsigned, tmp_path):
+    rel, _, new = unsigned
     res = cli("apply", rel, new, "-o", tmp_path / "a", "--suppression", "0.9")
     assert res.exit_code == 0, res.output
     assert "the release is unsigned: its authenticity rests on where you got it" in res.output
@@ -184,9 +224,9 @@ def test_the_sentence_of_what_was_checked_is_never_empty(cli, project, tmp_path,
 
 
 @pytest.mark.parametrize("where", ["inside", "itself", "link-inside", "deep"])
-def test_an_output_folder_in_the_release_is_refused_and_the_release_still_verifies(cli, project, tmp_path, where):
-    run_json(cli, census_workflow(project, extra=RELEASE), "--db", project / "s.duckdb", "--out-dir", project / "out")
-    rel, new = project / "out" / "release", _batch(project)
+def test_an_output_folder_in_the_release_is_refused_and_the_release_still_verifies(cli, unsigned, tmp_path, where):
+    rel, _, new = unsigned
+    project = rel.parent.parent
     (tmp_path / "link").symlink_to(rel)
     out = {"inside": rel / "inside", "itself": rel, "link-inside": tmp_path / "link" / "inside",
            "deep": project / "out" / ".." / "out" / "release" / "x"}[where]
@@ -245,8 +285,9 @@ def test_a_signing_key_open_to_others_is_refused_as_ssh_does(cli, project, mode)
     assert f"signing key {key} is open to others (mode {mode:04o}" in res.output
     assert f"chmod 600 {key}" in res.output
     assert not (project / "out").exists()
-    key.chmod(0o600)
-    assert cli("run", wf, "--db", project / "s.duckdb", "--out-dir", project / "out").exit_code == 0
+    if mode == 0o644:  # the same key, owner-only, signs
+        key.chmod(0o600)
+        assert cli("run", wf, "--db", project / "s.duckdb", "--out-dir", project / "out").exit_code == 0
 
 
 def test_keygen_writes_the_private_key_0600_whatever_the_umask(cli, tmp_path):
