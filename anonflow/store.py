@@ -1485,7 +1485,12 @@ class Store:
         before = self.file_size()
         self.drop_data([n for n in objects if n in self.data_objects()], tables)
         self.redact_free_text(runs)
-        self.rewrite()
+        try:
+            self.rewrite()
+        except (OSError, duckdb.Error) as exc:  # a full disk, say: the store still opens; the purge stays pending
+            warnings.warn(f"an interrupted purge of {self.path} could not be finished ({exc}); it stays pending and "
+                          "is tried again at the next open", AnonflowWarning, stacklevel=3)
+            return
         selection = pending.get("selection") if isinstance(pending.get("selection"), dict) else {}
         self.record_purge({**selection, "interrupted": True, "started_at": pending.get("started_at"),
                            "finished_at": _now().isoformat()}, tables, int(pending.get("rows") or 0), before,

@@ -205,3 +205,28 @@ def test_a_journal_open_to_others_is_never_acted_on(cli, tmp_path):
     assert not journal.exists()
     with Store(db, read_only=True) as store:
         assert store.purges()[-1]["selection"]["interrupted"] is True and store.purges()[-1]["tables"] == []
+
+
+def test_a_pending_purge_that_cannot_be_finished_leaves_the_store_usable(cli, tmp_path, monkeypatch):
+    """A full disk when the pending purge is retried: the store still opens (with a warning), the purge stays
+    pending and is finished at a later open."""
+    import errno
+
+    db = tmp_path / "s.duckdb"
+    _run(cli, workflow(tmp_path), db)
+    with Store(db) as store:   # the journal a purge writes first (its selection named nothing)
+        store.begin_purge({"selection": {"all": True, "keep": "published"}, "runs": [], "objects": [],
+                           "tables": [], "rows": 0})
+
+    def full(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(Store, "rewrite", full)
+        with pytest.warns(Warning, match="could not be finished .*No space left on device.*stays pending"):
+            store = Store(db)
+        store.runs()
+        store.close()
+    assert (tmp_path / ".s.duckdb.purge-journal").exists()
+    Store(db).close()
+    assert not (tmp_path / ".s.duckdb.purge-journal").exists()
