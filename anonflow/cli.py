@@ -393,7 +393,8 @@ def plugins(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_guard
 def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
-    """List recorded runs, or show one run (steps, parameters, metrics, outputs)."""
+    """List recorded runs, or show one run (steps, parameters, metrics, outputs). RUN_ID is a
+    run id, a prefix of one, or 'latest' (the newest run)."""
     from .retention import held
 
     with Store(db, read_only=True) as store:
@@ -421,6 +422,11 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
                            + (f"  --set {_overrides_text(r['overrides'], ' --set ')}" if r["overrides"] else "")
                            + (f"  error: {r['error']}" if r["error"] else "")
                            + (f"  cleaned up after it: {'; '.join(r['cleaned'])}" if r.get("cleaned") else ""))
+            pending = store.pending_purge()
+            if pending is not None:
+                click.echo(f"an interrupted purge of {db} (started {pending.get('started_at') or 'at an unknown time'}, "
+                           f"{len(pending.get('tables') or [])} table(s)) is pending: the file may still hold the "
+                           "records it was removing; the next run or 'anonflow purge' on this store finishes it")
             size = f", a file of {_size_text(h['bytes'])}" if h["bytes"] is not None else ""
             click.echo(f"confidential data in {db}: {h['tables']} source or intermediate table(s), {h['rows']} "
                        f"records{size}; published tables: {h['published_tables']}"
@@ -510,6 +516,9 @@ def purge(db: str, everything: bool, run_ids: tuple[str, ...], older: str | None
     if done["kept_for_later_runs"]:
         click.echo(f"kept {len(done['kept_for_later_runs'])} table(s) that later runs used")
     if not dry_run:
+        if done.get("redacted"):
+            click.echo(f"removed {done['redacted']} recorded error message(s) and note(s) of those runs (they could "
+                       "quote original values)")
         click.echo(f"rewrote the store into a fresh file: {_size_text(done['bytes_before'] or 0)} -> "
                    f"{_size_text(done['bytes_after'] or 0)}; lineage and hashes kept")
 
@@ -517,7 +526,8 @@ def purge(db: str, everything: bool, run_ids: tuple[str, ...], older: str | None
 @main.command()
 @click.argument("target")
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
-@click.option("--run", "run_id", default=None, help="Look the step up in this run (default: the latest).")
+@click.option("--run", "run_id", default=None,
+              help="Look the step up in this run (an id, a prefix, or latest; default: the latest run with that step).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_guard
 def lineage(target: str, db: str, run_id: str | None, as_json: bool) -> None:
@@ -644,20 +654,25 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
 @click.option("--suppression", type=click.FloatRange(0.0, 1.0), default=None, metavar="FRACTION",
               help="Largest fraction of the new records that may be withheld (the records of classes failing a "
                    "claimed model), in [0, 1]; default: the algorithm step's recorded cap.")
+@click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Public key file (KEY.pub from 'anonflow keygen KEY'): the release's signature must verify "
+                   "under it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the application's record as JSON.")
 @_guard
 def apply_cmd(release: Path, new_data: Path, out: Path | None, hierarchies: Path | None, suppression: float | None,
-              as_json: bool) -> None:
+              key: Path | None, as_json: bool) -> None:
     """Publish NEW_DATA (a CSV or Parquet file with the original columns) as the
     release directory RELEASE published its table, without searching again: the
     recorded preparation (typing, hierarchies), then the algorithm's recorded result
     -- the lattice node it chose, or each record assigned to the nearest published
     group on z-scores by the original table's standardization (microaggregation).
 
-    The release's claimed models are re-checked on the new batch alone; when one
-    would not hold, nothing is written (exit 1). The output folder holds the data
-    files and application.json. See docs/releases.md, "Applying a release to new
-    data"."""
+    A release that 'anonflow verify RELEASE [--key KEY]' would fail is refused
+    (exit 2); with --key its signature must verify. The release's checks (those
+    verify runs) are re-run on the new batch alone; when one would not hold,
+    nothing is written (exit 1). The output folder (never inside RELEASE) holds the
+    data files and application.json. See docs/releases.md, "Applying a release to
+    new data"."""
     from .errors import InputError
 
     if not release.is_dir():
@@ -665,7 +680,9 @@ def apply_cmd(release: Path, new_data: Path, out: Path | None, hierarchies: Path
     publisher = _release_publisher()
     if not hasattr(publisher, "apply"):
         raise InputError("the installed release publisher cannot apply releases to new data")
-    result = publisher.apply(release, new_data, out, hierarchies=hierarchies, suppression=suppression)
+    result = (publisher.apply(release, new_data, out, hierarchies=hierarchies, suppression=suppression, key=key)
+              if key is not None else publisher.apply(release, new_data, out, hierarchies=hierarchies,
+                                                      suppression=suppression))
     if as_json:
         _echo_json(result)
         return
@@ -675,11 +692,12 @@ def apply_cmd(release: Path, new_data: Path, out: Path | None, hierarchies: Path
     else:
         what = f"{applied.get('groups_used')} of the release's {applied.get('groups')} groups"
     sup = result["suppression"]
-    checks = "; ".join(f"{c['check']} holds" if c["holds"] else f"{c['check']} measured" for c in result["checks"])
     for line in result.get("notes") or []:
         click.echo(f"note: {line}")
+    click.echo(result["signature_sentence"])
     click.echo(f"applied {release} to {new_data}: {result['files'][0]['rows']} record(s) published with {what}"
-               + (f", {sup['withheld']} withheld" if sup["withheld"] else "") + f"; on the new batch alone: {checks}")
+               + (f", {sup['withheld']} withheld" if sup["withheld"] else "")
+               + f"; checked on the new batch alone: {result['checked_sentence']}")
     click.echo(f"written to {result['out']}")
 
 
@@ -708,7 +726,8 @@ def keygen(path: Path) -> None:
 @_guard
 def report(run_id: str, db: str, output: Path | None, overwrite: bool) -> None:
     """Write the HTML report of a recorded run: the same page a release holds (privacy checks,
-    class sizes, information loss, metrics, parameter sweep, lineage)."""
+    class sizes, information loss, metrics, parameter sweep, lineage). RUN_ID is a run id, a
+    prefix of one, or 'latest' (the newest run)."""
     from .api import atomic_write
     from .runner import load_run_info
 
@@ -757,7 +776,8 @@ def hierarchy() -> None:
 @click.argument("target")
 @click.argument("column", required=False)
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="DuckDB store file.")
-@click.option("--run", "run_id", default=None, help="Look the step up in this run (default: the latest).")
+@click.option("--run", "run_id", default=None,
+              help="Look the step up in this run (an id, a prefix, or latest; default: the latest run with that step).")
 @click.option("--limit", default=50, show_default=True, help="How many values to print (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_guard

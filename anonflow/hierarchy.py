@@ -29,8 +29,16 @@ def value_keys(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     if pa.types.is_floating(t):
         arr = values.to_numpy(zero_copy_only=False)
         finite = arr[~np.isnan(arr)] if arr.size else arr
-        if finite.size == 0 or np.all(np.mod(finite, 1) == 0):
-            return pc.cast(pc.cast(values, pa.int64()), pa.string())
+        with np.errstate(invalid="ignore"):  # inf % 1 is nan: not integral
+            integral = finite.size == 0 or bool(np.all(np.mod(finite, 1) == 0))
+        if integral:
+            # a value beyond int64 (1e23), or NaN, keeps its float text ("1e+23", "nan"): it is
+            # then named as a value the hierarchy does not list, not a failed cast
+            wide = pc.fill_null(pc.or_(pc.is_nan(values), pc.greater_equal(pc.abs(values), 2.0 ** 63)), False)
+            if not pc.any(wide).as_py():
+                return pc.cast(pc.cast(values, pa.int64()), pa.string())
+            ints = pc.cast(pc.cast(pc.if_else(wide, 0.0, values), pa.int64()), pa.string())
+            return pc.if_else(wide, pc.cast(values, pa.string()), ints)
     if pa.types.is_dictionary(t):
         values = values.dictionary_decode()
     return pc.cast(values, pa.string())

@@ -170,14 +170,22 @@ def purge(store: Store, plan: PurgePlan, *, rewrite: bool = True) -> dict[str, A
     """Remove what ``plan`` names, rewrite the store into a fresh file (always: tables dropped
     earlier, such as a step's scratch table, left their bytes too), and record the purge in
     ``af_purges``. Returns the plan's JSON with the file's size before and after."""
+    if rewrite:
+        store.refuse_other_names()  # the zeros would land in every other name of the file
     before = store.file_size()
+    journal = {**plan.to_json(), "objects": plan.objects}
+    if rewrite:  # an interrupted purge is finished by the next writable open (Store._finish_interrupted_purge)
+        store.begin_purge(journal)
     if plan.objects:
         store.drop_data(plan.objects, plan.tables)
+    redacted = store.redact_free_text(plan.runs)
     if rewrite:  # even with nothing to drop: tables dropped before (a scratch table, an interrupted purge) left bytes
         store.rewrite()
     after = store.file_size()
     store.record_purge(plan.selection, plan.tables, plan.rows, before, after)
-    return {**plan.to_json(), "bytes_before": before, "bytes_after": after}
+    if rewrite:
+        store.end_purge()
+    return {**plan.to_json(), "bytes_before": before, "bytes_after": after, "redacted": redacted}
 
 
 def held(store: Store) -> dict[str, Any]:
@@ -210,7 +218,7 @@ def purge_file(db: str | os.PathLike[str], *, everything: bool = False, runs: It
         age = parse_age(older_than, "older_than") if isinstance(older_than, str) else older_than
         before = datetime.now(timezone.utc) - age
     Store(db, read_only=True).close()  # an anonflow store, of a schema this version reads
-    with Store(db) as store:
+    with Store(db, read_only=dry_run) as store:  # a dry run changes nothing (not even a pending purge)
         plan = plan_purge(store, runs=list(runs) if runs is not None else None, before=before,
                           everything=everything, keep=keep)
         done = plan.to_json() if dry_run else purge(store, plan)

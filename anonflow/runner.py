@@ -499,6 +499,9 @@ class Runner:
 
         try:
             done = purge(self.store, plan_purge(self.store, runs=[run_id], keep=retain))
+        except StoreError as exc:  # refused (a store with other names): said with what the run did
+            raise StoreError(f"run {run_id} ended ({result.status}), but retain: {retain} did not purge the store: "
+                             f"{exc.message}") from None
         except (OSError, DatabaseError) as exc:
             raise StoreError(f"run {run_id} ended ({result.status}), but retain: {retain} could not purge the store "
                              f"{self.store.path}: {exc}; its tables are still there: run 'anonflow purge --run "

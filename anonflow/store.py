@@ -502,6 +502,14 @@ def damaged(path: Path, exc: Exception) -> str:
     return f"the store {path} refused a value: {msg}"
 
 
+#: what a purge leaves of a purged run's free text (error messages, plugin notes), which can
+#: quote original values
+REDACTED = "[removed by purge: this text could quote original values]"
+
+#: the run id that names the newest run (``anonflow report latest``, ``runs latest``, ``--run latest``)
+LATEST = "latest"
+
+
 _OPENING: dict[str, threading.Lock] = {}
 _OPENING_LOCK = threading.Lock()
 
@@ -573,6 +581,7 @@ class Store:
                     self._mark_interrupted()
                     self._drop_scratch()
                     self._drop_purge_copies()
+                    self._finish_interrupted_purge()
                     self._clean_journals()
         except duckdb.Error as exc:
             self.close()
@@ -1290,6 +1299,13 @@ class Store:
             f"{self._cleaned()} FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT ?", [limit]))
 
     def run(self, run_id: str) -> dict[str, Any]:
+        """The run ``run_id``: its full id, an unambiguous prefix of one, or ``latest`` (the
+        newest run: every command that takes a run id reads it so)."""
+        if run_id == LATEST:
+            newest = self._one("SELECT run_id FROM af_runs ORDER BY started_at DESC, run_id DESC LIMIT 1")
+            if newest is None:
+                raise StoreError(f"no run recorded in {self.path}, so no latest one")
+            run_id = newest[0]
         rows = self._status(self._dicts(f"SELECT *, {self._cleaned()} FROM af_runs WHERE run_id = ? OR "
                                         "(? <> '' AND starts_with(run_id, ?)) "
                                         "ORDER BY started_at DESC", [run_id, run_id, run_id]))
@@ -1469,10 +1485,150 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(open_failure(self.path, exc)) from None
 
+    # -- purge safety: other names, the journal of a purge, free text ------------------------
+
+    def other_names(self) -> int:
+        """How many other names (hard links) the store file has: a purge overwrites the old
+        file's bytes with zeros (:meth:`rewrite`), which every other name shares."""
+        if self.in_memory:
+            return 0
+        return max(os.stat(os.path.realpath(self.path)).st_nlink - 1, 0)
+
+    def refuse_other_names(self) -> None:
+        """StoreError (one line) when the store has other names: purging would zero them."""
+        n = self.other_names()
+        if n:
+            real = os.path.realpath(self.path)
+            raise StoreError(
+                f"the store {self.path} has {n} other name(s) (hard links, such as a backup made with ln, cp -al "
+                f"or rsnapshot): a purge writes a fresh file and overwrites the old file's bytes with zeros, so "
+                f"every other name would be left holding only zeros (that copy, lineage included, destroyed); "
+                f"nothing was purged: remove the other names (find {os.path.dirname(real) or '.'} -samefile "
+                f"{real} lists them) or keep the backup as a real copy (cp --reflink=never), then purge")
+
+    def purge_journal(self) -> Path | None:
+        """The file a purge writes before it changes anything and removes once done: while it
+        exists, a purge was interrupted (None in memory)."""
+        if self.in_memory:
+            return None
+        real = Path(os.path.realpath(self.path))
+        return real.with_name(f".{real.name}.purge-journal")
+
+    def pending_purge(self) -> dict[str, Any] | None:
+        """The journal of an interrupted purge (``started_at``, ``selection``, ``tables``...),
+        or None when no purge was interrupted."""
+        journal = self.purge_journal()
+        if journal is None or not journal.is_file() or journal.is_symlink():
+            return None
+        st = journal.stat()
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:  # not one a purge of ours wrote: never acted on
+            warnings.warn(f"{journal} looks like a purge journal but is not an owner-only file of yours; it is "
+                          "ignored (remove it)", AnonflowWarning, stacklevel=3)
+            return None
+        try:
+            data = json.loads(journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = None
+        return data if isinstance(data, dict) else {"selection": {}, "objects": [], "tables": [], "runs": []}
+
+    def begin_purge(self, plan: Mapping[str, Any]) -> None:
+        """Write the purge journal (owner-only, whole or not at all) before anything changes."""
+        journal = self.purge_journal()
+        if journal is None:
+            return
+        tmp = journal.with_name(journal.name + f".{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps({**plan, "started_at": _now().isoformat(), "pid": os.getpid()}, sort_keys=True))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, journal)
+
+    def end_purge(self) -> None:
+        journal = self.purge_journal()
+        if journal is not None:
+            journal.unlink(missing_ok=True)
+
+    def redact_free_text(self, runs: Iterable[str]) -> int:
+        """Replace the free text recorded for ``runs`` that can quote an original value (a
+        failed run's and step's error message: "record 7 has the value 'x'"; the notes plugins
+        write into a step's summary) with :data:`REDACTED`. Returns how many texts were replaced."""
+        runs = sorted(set(runs))
+        if not runs:
+            return 0
+        marks = ", ".join("?" * len(runs))
+        done = 0
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            for table in ("af_runs", "af_step_runs"):
+                done += int(self._one(f"SELECT count(*) FROM {table} WHERE error IS NOT NULL AND error <> ? "
+                                      f"AND run_id IN ({marks})", [REDACTED, *runs])[0])
+                self.con.execute(f"UPDATE {table} SET error = ? WHERE error IS NOT NULL AND run_id IN ({marks})",
+                                 [REDACTED, *runs])
+            rows = self.con.execute(f"SELECT run_id, step, summary FROM af_step_runs WHERE summary IS NOT NULL "
+                                    f"AND run_id IN ({marks})", runs).fetchall()
+            for run_id, step, summary in rows:
+                data = json.loads(summary)
+                if isinstance(data, dict) and data.get("notes") and data["notes"] != [REDACTED]:
+                    data["notes"] = [REDACTED]
+                    done += 1
+                    self.con.execute("UPDATE af_step_runs SET summary = ? WHERE run_id = ? AND step = ?",
+                                     [_json(data), run_id, step])
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+        return done
+
+    def _finish_interrupted_purge(self) -> None:
+        """A purge whose process died (its journal is still there) is finished: what it was
+        dropping is dropped, its runs' free text redacted, the store rewritten into a fresh
+        file, the purge recorded (``interrupted: true``), the journal removed. This connection
+        holds the write lock, so the purge is not running any more."""
+        pending = self.pending_purge()
+        if pending is None:
+            return
+        pid = pending.get("pid")
+        if isinstance(pid, int) and pid != os.getpid() and _process_alive(pid):
+            return  # its purge is still running (between its rename and its reconnect): it finishes itself
+        if self.other_names():  # rewriting would zero the other names: left pending, said
+            warnings.warn(f"an interrupted purge of {self.path} is pending, but the store now has other names (hard "
+                          "links); it is finished once they are removed", AnonflowWarning, stacklevel=3)
+            return
+        objects = [str(n) for n in pending.get("objects") or [] if isinstance(n, str)]
+        tables = [str(n) for n in pending.get("tables") or [] if isinstance(n, str)]
+        runs = [str(r) for r in pending.get("runs") or [] if isinstance(r, str)]
+        if isinstance(pending.get("selection"), dict) and pending["selection"].get("all"):
+            runs = [r[0] for r in self.con.execute("SELECT run_id FROM af_runs").fetchall()]
+        before = self.file_size()
+        self.drop_data([n for n in objects if n in self.data_objects()], tables)
+        self.redact_free_text(runs)
+        try:
+            self.rewrite()
+        except (OSError, duckdb.Error) as exc:  # a full disk, say: the store still opens; the purge stays pending
+            warnings.warn(f"an interrupted purge of {self.path} could not be finished ({exc}); it stays pending and "
+                          "is tried again at the next open", AnonflowWarning, stacklevel=3)
+            return
+        selection = pending.get("selection") if isinstance(pending.get("selection"), dict) else {}
+        self.record_purge({**selection, "interrupted": True, "started_at": pending.get("started_at"),
+                           "finished_at": _now().isoformat()}, tables, int(pending.get("rows") or 0), before,
+                          self.file_size())
+        self.end_purge()
+
     def latest_run_with_step(self, step: str) -> str | None:
         row = self._one("SELECT r.run_id FROM af_step_runs s JOIN af_runs r USING (run_id) WHERE s.step = ? "
                                "ORDER BY r.started_at DESC LIMIT 1", [step])
         return row[0] if row else None
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
 
 
 def _zero_fill(fd: int, block: int = 1 << 20) -> None:

@@ -41,9 +41,10 @@ from anonflow.api import CLASS, ROW, InputError, Partition, RunError, TypedTable
 from anonflow.lineage import canonical_json
 
 from .. import __version__
-from .checks import claim_checks, derive_checks, run_check, scratch_context, threshold_misses
+from .checks import release_checks, run_checks, scratch_context, threshold_misses
 from .release import (MANIFEST, RELEASE_KEY, TYPING_KEY, file_entry, integrity, load_manifest, load_release_table,
                       plain, regular_sha256, write_csv, write_parquet)
+from .report import params_text
 
 APPLICATION = "application.json"
 FORMAT = "anonflow-application"
@@ -157,12 +158,71 @@ def _shown(result: Mapping[str, Any] | None) -> str:
     return ", ".join(f"{k} = {v:g}" for k, v in (result or {}).items() if isinstance(v, (int, float)))
 
 
+def _outside_release(release: Path, out: Path) -> None:
+    """``out`` is neither the release folder nor inside it (symbolic links resolved): a file
+    written there would be a file the manifest does not list, and the release would no
+    longer verify."""
+    rel, target = Path(os.path.realpath(release)), Path(os.path.realpath(out))
+    if target == rel or rel in target.parents:
+        raise InputError(f"output {out} is {'the release folder' if target == rel else 'inside the release folder'} "
+                         f"{release}; a release holds only the files its manifest lists (it would no longer verify): "
+                         "write the application beside it, with -o")
+
+
+def _verified(release: Path, key: Path | None, registry: Any) -> dict[str, Any]:
+    """The release's verdict from :func:`.verify.verify` on its files alone (no re-run): apply
+    publishes only under a release that verifies, so it refuses (one line, naming the first
+    failed check) any release ``anonflow verify RELEASE [--key KEY]`` would fail. Returns the
+    signature's status (``unsigned``, ``signed-unchecked`` or ``valid``)."""
+    from .verify import verify
+
+    result = verify(release, registry=registry, key=key)
+    failed = [i for i in result["findings"] if not i["ok"]]
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        again = f"anonflow verify {release}" + (f" --key {key}" if key is not None else "")
+        raise InputError(f"the release does not verify, so apply will not publish under its name: {first['what']}: "
+                         f"{first['detail']}{more}; see {again}")
+    return dict(result["signature"] or {"status": "unsigned"})
+
+
+def signature_sentence(signature: Mapping[str, Any]) -> str:
+    """What the signature check said, for the application's output."""
+    status = signature.get("status")
+    if status == "valid":
+        return f"the release's signature is valid (public key sha256 {signature.get('public_key_sha256')})"
+    if status == "signed-unchecked":
+        return (f"the release is signed (public key sha256 {signature.get('public_key_sha256')}) but its signature "
+                "was not checked: give --key PUBLIC_KEY")
+    return "the release is unsigned: its authenticity rests on where you got it"
+
+
+def checked_sentence(checks: list[Mapping[str, Any]], notes: list[tuple[bool, str, str]],
+                     claims: Mapping[str, Any]) -> str:
+    """What was checked on the new batch alone, in one sentence that is never empty."""
+    def params(c: Mapping[str, Any]) -> str:
+        text = params_text(c["params"])
+        if text == "defaults" and isinstance(claims.get(c["check"]), Mapping):  # the check reads the claim
+            return "as claimed: " + params_text(claims[c["check"]])
+        return text
+
+    said = [f"{c['check']} ({params(c)}) {'holds' if c['holds'] else 'measured'}" for c in checks]
+    said += [f"{what} not checked ({detail})" for _, what, detail in notes]
+    if not said:
+        return ("nothing: the release claims no privacy model and no evaluate step of its table checks one, so no "
+                "guarantee was checked")
+    return "; ".join(said)
+
+
 def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hierarchies: Path | None = None,
-                  suppression: float | None = None) -> dict[str, Any]:
+                  suppression: float | None = None, key: Path | None = None) -> dict[str, Any]:
     """Apply the release at ``release`` to ``new_data``, writing the folder ``out`` (default
-    ``<release>-applied``); returns the application's record. Raises InputError (exit 2) for
-    input that cannot be applied, RunError (exit 1) when the release's guarantee would not
-    hold on the new batch; nothing is written then."""
+    ``<release>-applied``); returns the application's record. ``key``: the publisher's public
+    key file; the release's signature must verify under it. Raises InputError (exit 2) for
+    input that cannot be applied, a release that ``anonflow verify`` would fail (with ``key``:
+    one whose signature does not verify) or an output folder in the release; RunError (exit 1)
+    when the release's guarantee would not hold on the new batch; nothing is written then."""
     from anonflow.apply import check_output_folder, prepare_batch, write_folder
     from anonflow.plugins import get_registry
     from anonflow.store import Store
@@ -170,12 +230,13 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
     release = Path(release)
     new_data = Path(new_data)
     out = Path(out) if out is not None else release.with_name(release.name.rstrip("/") + "-applied")
-    check_output_folder(out)
     manifest = load_manifest(release)
+    _outside_release(release, out)
+    check_output_folder(out)
     registry = get_registry()
-    for key in ("release", "steps", "files", "workflow", "integrity"):
-        if not isinstance(manifest.get(key), (dict, list)):
-            raise InputError(f"{release / MANIFEST}: field {key!r} is missing or not of its kind")
+    for field in ("release", "steps", "files", "workflow", "integrity"):
+        if not isinstance(manifest.get(field), (dict, list)):
+            raise InputError(f"{release / MANIFEST}: field {field!r} is missing or not of its kind")
     if integrity(manifest)["manifest"] != (manifest.get("integrity") or {}).get("manifest"):
         raise InputError(f"{release / MANIFEST} does not match its own integrity digest (it was edited after the "
                          "release was written); check it with anonflow verify")
@@ -195,6 +256,7 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
                          "manifest's; check the release with anonflow verify")
     if not new_data.is_file():
         raise InputError(f"new data {new_data} is not a file")
+    signature = _verified(release, key, registry)
     new_sha = regular_sha256(new_data)
     manifest_sha = file_sha256(release / MANIFEST)
     params = dict(step.get("params") or {})
@@ -245,22 +307,18 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
         if data.num_rows == 0:
             raise RunError(f"apply: every record of the new batch would be withheld ({n}); nothing to publish")
 
-        # the release's checks, on the new batch alone
-        derived = derive_checks(manifest, registry)
-        extra, notes = claim_checks(claims, derived, registry)
+        # the release's checks (the same that verify runs on its files), on the new batch alone
+        planned, notes = release_checks(manifest, registry)
         bad_notes = [f"{what}: {detail}" for okay, what, detail in notes if not okay]
         if bad_notes:
             raise RunError(f"apply: {bad_notes[0]}")
-        checks = []
-        for c in derived + extra:
-            if not c["recheck"]:
-                raise RunError(f"apply: the release's check {c['check']} needs the original table; it cannot be "
-                               "checked on an applied batch")
-            result = run_check(c, table, registry, ctx)
-            h = result.get(f"{c['check']}.holds")
-            checks.append({"check": c["check"], "params": c["params"], "claim": bool(c.get("claim")),
-                           "evaluated": c.get("evaluated"), "result": result,
-                           "holds": None if h is None else h == 1.0})
+        needs = next((c["check"] for c in planned if not c["recheck"]), None)
+        if needs is not None:
+            raise RunError(f"apply: the release's check {needs} needs the original table; it cannot be checked on "
+                           "an applied batch")
+        checks = [{"check": c["check"], "params": c["params"], "claim": bool(c.get("claim")),
+                   "evaluated": c.get("evaluated"), "result": c["result"], "holds": c["holds"]}
+                  for c in run_checks(planned, table, registry, ctx)]
         failed = [f"{'claimed ' if c['claim'] else ''}{c['check']} ({_shown(c['result'])})"
                   for c in checks if c["holds"] is False]
         failed += [m for c in checks if not c["claim"] for m in threshold_misses(c, manifest["steps"])]
@@ -306,6 +364,9 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
                 "suppression": {"allowance": cap, "limit": limit, "withheld": withheld},
                 "checked": "the new batch alone, not its union with the release",
                 "checks": checks,
+                "checked_sentence": checked_sentence(checks, notes, claims),
+                "signature": signature,
+                "signature_sentence": signature_sentence(signature),
                 "files": files,
             })
             body = json.dumps(record_json, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)

@@ -5,9 +5,11 @@
   each claimed model no evaluate step checked, with default parameters);
   :func:`derive_checks`: the same list derived from a release's manifest alone (``anonflow
   verify`` never trusts the manifest's own ``checks``); :func:`claim_checks`: each claimed
-  model with its claimed parameters, where no planned check reads the claim.
+  model with its claimed parameters, where no planned check reads the claim;
+  :func:`release_checks`: both, the one list ``verify`` and ``apply`` run.
 * :func:`run_check`: one check run through the plugin registry, as an evaluate step runs it
-  (:func:`scratch_context` gives it a context outside a workflow step).
+  (:func:`scratch_context` gives it a context outside a workflow step); :func:`run_checks`:
+  the checks :func:`release_checks` decided, on a table (the published one, or a new batch).
 * :func:`verdict` and :func:`threshold_misses`: a metric value against its threshold, and
   the evaluate step's thresholds on a check's values.
 
@@ -88,6 +90,25 @@ def run_check(check: Mapping[str, Any], table: TypedTable, registry: Any, ctx: S
     return {k: clean_number(v) for k, v in sorted(result.items())}
 
 
+def run_checks(checks: list[Mapping[str, Any]], table: TypedTable, registry: Any,
+               ctx: StepContext) -> list[dict[str, Any]]:
+    """Run the checks :func:`release_checks` decided on ``table`` (a release's published
+    table for ``verify``, a new batch for ``apply``): each entry with its ``result`` and
+    ``holds`` (True/False for a model with a parameter to hold, None for one that measures
+    only, or for a check that needs the original table: not run, ``result`` None)."""
+    out = []
+    for c in checks:
+        entry = dict(c)
+        if not c["recheck"]:
+            entry.update(result=None, holds=None)
+        else:
+            result = run_check(c, table, registry, ctx)
+            h = result.get(f"{c['check']}.holds")
+            entry.update(result=result, holds=None if h is None else h == 1.0)
+        out.append(entry)
+    return out
+
+
 def clean_number(value: Any) -> float | None:
     v = float(value)
     return None if math.isnan(v) or math.isinf(v) else v
@@ -147,6 +168,21 @@ def derive_checks(manifest: Mapping[str, Any], registry: Any) -> list[dict[str, 
         raise InputError("manifest field steps is not a list of steps")
     released = {"output_hash": (rel.get("input") or {}).get("hash")}
     return planned_checks(types.SimpleNamespace(steps=steps), released, claims, registry)
+
+
+def release_checks(manifest: Mapping[str, Any], registry: Any) -> tuple[list[dict[str, Any]],
+                                                                        list[tuple[bool, str, str]]]:
+    """Every privacy check a release implies, decided once for ``anonflow verify`` (which
+    runs them on the published files) and ``anonflow apply`` (which runs them on a new batch
+    alone): the checks :func:`derive_checks` derives from the manifest's evaluate steps and
+    claims, then those :func:`claim_checks` adds for each claimed model with its claimed
+    parameters (``claim: True``). Returns ``(checks, notes)``; ``notes`` are the claims that
+    cannot be checked, as :func:`claim_checks` says. Raises InputError when the manifest's
+    claims or steps are not of their kind."""
+    derived = derive_checks(manifest, registry)
+    rel = manifest.get("release") or {}
+    extra, notes = claim_checks(rel.get("claims") if rel.get("claims") is not None else {}, derived, registry)
+    return derived + extra, notes
 
 
 def claim_checks(claims: Any, planned: list[dict[str, Any]],

@@ -58,7 +58,7 @@ from ..common import sensitive_column
 from ..lossyjoin.publisher import K_MEANING, check_header_name, k_figures, split_tables
 from ..privacy.counts import pair_consistency_sql
 from . import report as report_mod
-from .checks import claim_checks, planned_checks, run_check, scratch_context, threshold_misses, verdict
+from .checks import claim_checks, planned_checks, run_checks, scratch_context, threshold_misses, verdict
 from .publishers import csv_columns
 
 SCHEMA_VERSION = 1
@@ -457,17 +457,7 @@ def run_file_checks(release: Path, manifest: Mapping[str, Any], checks: list[dic
                     "recheck": True, "result": k_figures(qi, typing.quasi, info["class_column"], sql), "holds": None,
                     "meaning": K_MEANING})
     table = load_release_table(release, manifest)
-    ctx = scratch_context(sql, release, "verify")
-    for c in checks:
-        entry = dict(c)
-        if not c["recheck"]:
-            entry.update(result=None, holds=None)
-        else:
-            result = run_check(c, table, registry, ctx)
-            h = result.get(f"{c['check']}.holds")
-            entry.update(result=result, holds=None if h is None else h == 1.0)
-        out.append(entry)
-    return out
+    return out + run_checks(checks, table, registry, scratch_context(sql, release, "verify"))
 
 
 # -- signatures (Ed25519, the cryptography package: the 'sign' extra) ------------------------
@@ -491,10 +481,24 @@ def _read_key_file(path: Path, what: str) -> bytes:
         raise InputError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
 
 
+def _read_private_key_file(path: Path) -> tuple[bytes, int]:
+    """A private key file's bytes and mode (read through one descriptor)."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        raise InputError(f"signing key {path} not found") from None
+    except OSError as exc:
+        raise InputError(f"signing key {path} cannot be read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(), stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
+
+
 def load_private_key(path: Path) -> Any:
-    """An Ed25519 private key from a PEM file (as ``anonflow keygen`` writes it)."""
+    """An Ed25519 private key from a PEM file (as ``anonflow keygen`` writes it, mode 0600).
+    Refused, as ssh refuses an unprotected key, when the file's mode lets the group or others
+    read or write it: whoever can read it can sign releases as its owner."""
     ed25519, serialization = crypto()
-    data = _read_key_file(path, "signing key")
+    data, mode = _read_private_key_file(path)
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except TypeError:
@@ -504,6 +508,10 @@ def load_private_key(path: Path) -> Any:
         raise InputError(f"signing key {path} is not a PEM private key (anonflow keygen writes one)") from None
     if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise InputError(f"signing key {path} is not an Ed25519 key (anonflow keygen writes one)")
+    if mode & 0o077:
+        raise InputError(f"signing key {path} is open to others (mode {mode:04o}: its group or others may read or "
+                         f"write it), so anyone who reads it can sign as you; not used: make it yours alone with "
+                         f"chmod 600 {path}")
     return key
 
 
@@ -533,6 +541,9 @@ def load_public_key(path: Path) -> Any:
     """An Ed25519 public key from a PEM file (``KEY.pub`` of ``anonflow keygen KEY``)."""
     ed25519, serialization = crypto()
     data = _read_key_file(path, "public key")
+    if b"PRIVATE KEY-----" in data:
+        raise InputError(f"public key {path} is a private key; give its .pub file (anonflow keygen KEY writes "
+                         "KEY.pub): checking a signature needs only the public key")
     try:
         key = serialization.load_pem_public_key(data)
     except Exception:
@@ -836,12 +847,12 @@ class Release(Publisher):
         return verify(release, rerun=rerun, db=db, sources=sources, key=key)
 
     def apply(self, release: Path, new_data: Path, out: Path | None = None, *, hierarchies: Path | None = None,
-              suppression: float | None = None) -> dict[str, Any]:
+              suppression: float | None = None, key: Path | None = None) -> dict[str, Any]:
         """Publish new records as the release published its table (``anonflow apply``; see
-        :mod:`anonflow_std.publishing.apply`)."""
+        :mod:`anonflow_std.publishing.apply`); ``key``: the public key its signature must verify under."""
         from .apply import apply_release  # apply.py imports this module
 
-        return apply_release(release, new_data, out, hierarchies=hierarchies, suppression=suppression)
+        return apply_release(release, new_data, out, hierarchies=hierarchies, suppression=suppression, key=key)
 
     def keygen(self, path: Path) -> tuple[Path, str]:
         """Write an Ed25519 key pair for signed releases (``anonflow keygen``)."""

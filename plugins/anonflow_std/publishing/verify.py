@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from anonflow.api import CLASS, InputError, cleanup_on_termination, file_sha256
 from anonflow.lineage import canonical_json
 
-from .checks import claim_checks, derive_checks, show_value, threshold_misses, verdict
+from .checks import release_checks, show_value, threshold_misses, verdict
 from .release import (FILE_FIELDS, LOSSY_KEY, MANIFEST, MANIFEST_FIELDS, MANIFEST_RECORDS, PLAIN_NAME,
                       SCHEMA_VERSION, SIGN_EXTRA, SIGNATURE, crypto, csv_difference, field_digests, file_entry,
                       file_rows, integrity, declared_sources, json_digest, key_fingerprint, load_manifest,
@@ -349,12 +349,12 @@ def _verify_checks(release: Path, manifest: Mapping[str, Any], registry: Any, f:
         f.add(False, "manifest field checks", "is not a list of checks")
         recorded = [c for c in recorded if isinstance(c, dict)] if isinstance(recorded, list) else []
     try:
-        derived = derive_checks(manifest, registry)
+        planned, notes = release_checks(manifest, registry)
     except Exception as exc:
         f.add(False, "privacy checks", "cannot be derived from the release's claims and evaluate steps: "
                                        + _error_text(exc))
         return
-    extra, notes = claim_checks(rel.get("claims") if rel.get("claims") is not None else {}, derived, registry)
+    derived = [c for c in planned if not c.get("claim")]
     for ok, what, detail in notes:
         f.add(ok, what, detail, show=True)
     rec_plugin = [(i, c) for i, c in enumerate(recorded) if c.get("check") not in BUILTIN_CHECKS]
@@ -363,7 +363,7 @@ def _verify_checks(release: Path, manifest: Mapping[str, Any], registry: Any, f:
                                               f"claims (release.claims) and the evaluate steps of its table call for "
                                               f"{_checks_list(derived)}")
     try:
-        again = run_file_checks(release, manifest, derived + extra, registry, sql)
+        again = run_file_checks(release, manifest, planned, registry, sql)
     except Exception as exc:
         f.add(False, "privacy checks", "cannot be run on the published files: " + _error_text(exc))
         return
@@ -1055,9 +1055,12 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             ed25519, serialization = crypto()
             target = src_dir / relative_inside(k)
             target.parent.mkdir(parents=True, exist_ok=True)
-            if not target.exists():
-                target.write_bytes(ed25519.Ed25519PrivateKey.generate().private_bytes(
-                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+            if not target.exists():  # owner-only, as the signing key must be
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    os.fchmod(fh.fileno(), 0o600)
+                    fh.write(ed25519.Ed25519PrivateKey.generate().private_bytes(
+                        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
         try:
             spec = dataclasses.replace(spec, overrides=tuple(tuple(o) for o in manifest.get("overrides") or []))
             history = [{"params": p["params"], "metrics": p["metrics"]}
