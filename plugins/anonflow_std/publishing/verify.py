@@ -35,6 +35,7 @@ from typing import Any, Mapping
 
 import pyarrow.parquet as pq
 
+from anonflow import egress
 from anonflow.api import CLASS, InputError, file_sha256
 from anonflow.lineage import canonical_json
 
@@ -1074,7 +1075,11 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
                 f.add(True, info["what"], f"{label if info.get('outside') else rel} matches its recorded sha256")
                 if info.get("outside"):
                     copies[rel] = dst
-        differ, unread = _check_postgres_sources(spec, manifest, tmp, f)
+        # someone else's workflow: nothing it names is reached on its word (anonflow.egress): no
+        # sink outside the scratch folder runs, credentials go only to hosts the verifier named
+        policy = rerun_policy()
+        with egress.use(policy):
+            differ, unread = _check_postgres_sources(spec, manifest, tmp, f)
         if changed or differ:
             return refuse("a source or a file the workflow reads differs from the one recorded")
         if unread:
@@ -1095,9 +1100,11 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             spec = dataclasses.replace(spec, overrides=tuple(tuple(o) for o in manifest.get("overrides") or []))
             history = [{"params": p["params"], "metrics": p["metrics"]}
                        for p in ((manifest.get("sweep") or {}).get("points") or [])]
-            plan = build_plan(spec, registry)
-            with Store(db if db is not None else tmp / "rerun.duckdb") as store:
-                Runner(store, registry, history=history).run(spec, use_cache=False, output_dir=tmp / "out", plan=plan)
+            with egress.use(policy):
+                plan = build_plan(spec, registry)
+                with Store(db if db is not None else tmp / "rerun.duckdb") as store:
+                    runner = Runner(store, registry, history=history, egress=policy)
+                    runner.run(spec, use_cache=False, output_dir=tmp / "out", plan=plan)
         except AnonflowError as exc:
             f.add(False, "re-run", f"the recorded workflow failed when re-run: {exc}")
             f.rerun = {"verdict": "failed"}
@@ -1112,12 +1119,21 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             f.rerun = {"verdict": "failed"}
             return
         again = json.loads((again_dir / MANIFEST).read_text(encoding="utf-8"))
-        _compare_rerun(release, manifest, again_dir, again, f)
+        _compare_rerun(release, manifest, again_dir, again, f, not_replayed=runner.not_replayed)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+
+
+def rerun_policy() -> Any:
+    """The egress policy of a re-run: the one in force if it is a re-run's (``anonflow verify``
+    sets it from ``--allow-host``), else a re-run's with the hosts the policy in force names."""
+    current = egress.current()
+    if not current.replay_external and current.credentials == "named":
+        return current
+    return egress.Policy(current.named, credentials="named", replay_external=False)
 
 
 def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f: Findings) -> tuple[bool, bool]:
@@ -1151,10 +1167,11 @@ def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f
                 unread = True
                 continue
             if art.hash != rec.get("sha256"):
-                rows = f", {art.rows} records (the manifest records {rec.get('rows')})" if art.rows != rec.get("rows") \
-                    else ""
-                f.add(False, what, f"{label} has changed: content sha256 {_short(art.hash)}{rows}, but the manifest "
-                                   f"records {_short(rec.get('sha256'))} (sources[{idx}].sha256)")
+                # never the digest or the count of what the query returned: the manifest chose the
+                # query, and verify's output must not tell its author anything about the server's
+                # records (as for a file read at a path the manifest names)
+                f.add(False, what, f"{label} has changed: the content sha256 of what it returns differs from the one "
+                                   f"the manifest records (sources[{idx}].sha256); not used")
                 changed = True
             else:
                 f.add(True, what, f"{label} matches its recorded content sha256 ({art.rows} records, read again from "
@@ -1179,8 +1196,19 @@ STEP_FILE_SHA = re.compile(r"^steps\[\d+\]\.files\[\d+\]\.sha256$")
 #: what an algorithm step fitted (``steps[i].fitted``): a release written before anonflow
 #: recorded it has none, which a re-run with newer code adds (expected, not a data difference)
 STEP_FITTED = re.compile(r"^steps\[\d+\]\.fitted$")
+#: what a publish step wrote (``steps[i].files``): not compared for a step not replayed
+STEP_FILES = re.compile(r"^steps\[(\d+)\]\.files(\[|\.|$)")
 #: the report page's parts that show the versions or are drawn by matplotlib
 REPORT_VOLATILE = re.compile(r"<footer>.*?</footer>|<svg\b.*?</svg>", re.S)
+
+
+def _dest_text(destination: str) -> str:
+    """A destination for a finding, a PostgreSQL URL as libpq reads it (no password)."""
+    if destination.split("://", 1)[0].lower() in ("postgresql", "postgres"):
+        from anonflow.postgres import display
+
+        return f"postgresql://{display(destination)}"
+    return destination
 
 
 def _version_text(v: Any) -> str:
@@ -1275,7 +1303,7 @@ def compare_tables(a: Path, b: Path, fmt: str) -> dict[str, Any]:
 
 
 def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, again: Mapping[str, Any],
-                   f: Findings) -> None:
+                   f: Findings, not_replayed: Mapping[str, list[str]] | None = None) -> None:
     """Compare the re-run's release (``again_dir``, its manifest ``again``) with the recorded
     one and set ``f.rerun``'s verdict.
 
@@ -1305,6 +1333,16 @@ def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, 
                         f"{_version_text((manifest.get('publisher') or {}).get('version'))} -> "
                         f"{_version_text((again.get('publisher') or {}).get('version'))}")
     f.rerun = {"verdict": "different", "versions": versions, "code": code}
+    # publish steps that write outside the output folder (a database) are not replayed
+    # (anonflow.egress): what they recorded writing is not compared, and the verdict says so
+    skipped = {i for i, st in enumerate(manifest.get("steps") or [])
+               if isinstance(st, Mapping) and st.get("step") in (not_replayed or {})}
+    if not_replayed:
+        f.rerun["not_replayed"] = sorted(not_replayed)
+        for name, dests in sorted(not_replayed.items()):
+            f.add(True, f"step {name}", "not replayed: it writes outside the re-run's scratch folder ("
+                  + ", ".join(_dest_text(d) for d in dests) + "); what it wrote is not attested by this re-run",
+                  show=True)
     if code_differs:
         f.add(True, "re-run versions", ("the re-run runs other versions than the release records: " + "; ".join(
             versions)) if versions else "the re-run runs the versions the release records", show=True)
@@ -1317,6 +1355,9 @@ def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, 
     newly_fitted: list[str] = []    # steps[i].fitted the release (older code) does not record
     data_diffs = 0
     for path, a, b in diffs:
+        step_files = STEP_FILES.match(path)
+        if step_files and int(step_files.group(1)) in skipped:
+            continue  # a step not replayed wrote nothing in the re-run
         if code_differs and CODE_FIELDS.match(path):
             expected.append(path)
             continue
