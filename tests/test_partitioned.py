@@ -1199,7 +1199,8 @@ def test_the_plan_does_not_connect_to_the_scheduler(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "start_executor", unreachable)
     wf = merge_workflow(tmp_path)
-    wf.write_text(wf.read_text().replace("seed: 3", 'seed: 3\nexecutor: {kind: dask, address: "tcp://127.0.0.1:1"}'))
+    # (a workflow file names no scheduler address: only --executor does, and plan takes none)
+    wf.write_text(wf.read_text().replace("seed: 3", "seed: 3\nexecutor: {kind: dask, workers: 2}"))
     code, out = invoke("plan", wf)
     if started or code != 0:
         raise EngineBug(f"anonflow plan started the executor: {out}")
