@@ -235,8 +235,15 @@ def use(policy: Policy) -> Iterator[Policy]:
 def sink_destinations(publisher: Any, params: Any, what: str) -> list[str]:
     """The destinations a publisher declares for these parameters (a list of URLs; none for
     a publisher that writes only inside the output folder)."""
+    from .errors import AnonflowError
+
     declare = getattr(publisher, "destinations", None)
-    found = declare(params) if callable(declare) else []
+    try:
+        found = declare(params) if callable(declare) else []
+    except AnonflowError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug: one line, and nothing runs
+        raise EgressError(f"{what}: the publisher's destinations() failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(found, (list, tuple)) or not all(isinstance(d, str) for d in found):
         raise EgressError(f"{what}: the publisher's destinations() must return a list of URLs")
     return list(found)

@@ -202,8 +202,9 @@ def connect(url: str, *, autocommit: bool = False, what: str = "PostgreSQL") -> 
 
 
 def message(exc: BaseException) -> str:
-    """A driver error in one line."""
-    text = " ".join(str(exc).split())
+    """A driver error in one line (a server's text included, so no control character: a
+    terminal would obey it)."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in str(exc)).split())
     text = re.sub(r"^[A-Z_]+: (\[libpq\] )?", "", text)
     text = re.sub(r"^Failed to (prepare|execute) query: ", "", text)
     return text.split(" Query was:")[0].strip()[:400]

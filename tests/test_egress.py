@@ -195,6 +195,22 @@ def test_plan_refuses_a_sink_on_another_host_unless_named(cli, project):
     assert cli("plan", wf, "--no-preview", "--allow-host", OTHER_HOST).exit_code == 0
     one_line(cli("plan", wf, "--no-preview", "--allow-host", "10.99.0.2"), "is not this machine")
     one_line(cli("plan", wf, "--no-preview", "--allow-host", "tcp://x:1"), "--allow-host", "not a host name")
+    # every host libpq may reach is checked: a host list, host= and hostaddr= (the address it
+    # connects to; host= is then only the name a password is looked up by), 0.0.0.0, a name
+    url = f"postgresql://anonflow@{OTHER_HOST}:5432/postgres"
+    for hostile in (f"postgresql://anonflow@127.0.0.1,{OTHER_HOST}/postgres",
+                    f"postgresql://anonflow@127.0.0.1/postgres?host={OTHER_HOST}",
+                    f"postgresql://anonflow@localhost/postgres?hostaddr={OTHER_HOST}",
+                    f"postgresql://anonflow@[::1]:5432,[{OTHER_HOST}]:5432/postgres",
+                    "postgresql://anonflow@0.0.0.0/postgres", "postgresql://anonflow@db.example.org/postgres"):
+        wf.write_text(wf.read_text().replace(url, hostile))
+        one_line(cli("plan", wf, "--no-preview"), "step 'pg' (publisher postgres)", "is not this machine")
+        wf.write_text(wf.read_text().replace(hostile, url))
+    for local in ("postgresql://anonflow@[::1]:5432/postgres", "postgresql://anonflow@/postgres?host=/run/pg",
+                  "postgresql://anonflow@LocalHost/postgres", "postgresql://anonflow@127.0.0.2/postgres"):
+        wf.write_text(wf.read_text().replace(url, local))
+        assert cli("plan", wf, "--no-preview").exit_code == 0, local
+        wf.write_text(wf.read_text().replace(local, url))
 
     import anonflow
 
