@@ -46,6 +46,8 @@ __all__ = [
     "Partition", "MAX_SUPPRESSION", "suppression_limit",
     "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
     "InputError", "RunError", "PluginError", "PurgedError", "atomic_write", "RunInfo",
+    # what may leave the process (anonflow.egress; docs/egress.md)
+    "check_destination",
     # a published folder written outside the output guard gets the modes of published files
     "make_ordinary",
     # SIGTERM and SIGHUP end a block as Ctrl-C does, so that its cleanup runs (anonflow.cleanup)
@@ -220,6 +222,19 @@ class Publisher(Plugin):
     secret_params: ClassVar[tuple[str, ...]] = ()
     #: whether the publish step's ``row_id: true`` (keep ``_row``) may be used with it
     accepts_row_id: ClassVar[bool] = True
+
+    def destinations(self, params: Mapping[str, Any]) -> list[str]:
+        """Where this step writes outside the output folder, worked out from its parameters
+        before the run: a list of URLs (``postgresql://user@host/db``, ``https://host/...``).
+        The default, none: the publisher writes only files inside the output folder.
+
+        The engine decides, never the publisher (docs/egress.md): before anything runs it
+        checks every host these URLs name against the egress policy (this machine, or a host
+        the person running anonflow named with ``--allow-host``), and ``anonflow verify
+        --rerun`` does not run a publish step that declares any destination. A publisher that
+        connects somewhere must declare it here, and should also call
+        :func:`check_destination` with the same URL right before it connects."""
+        return []
 
     def output_files(self, params: Mapping[str, Any]) -> list[str]:
         """The paths (relative to the output folder) this step will write, files or folders,
@@ -517,6 +532,16 @@ class StepContext:
 
         guard = self.output_guard or OutputGuard(self.output_dir)
         return guard.resolve(path)
+
+
+def check_destination(destination: str, what: str) -> list[str]:
+    """Check ``destination`` (a URL, or a host) against the egress policy in force and return
+    the hosts it reaches; raise :class:`InputError` (one line, the password never repeated)
+    when it may not be reached or holds a password. ``what`` names the step for the message.
+    Call it right before connecting (see :meth:`Publisher.destinations`)."""
+    from .egress import current
+
+    return current().check_destination(destination, what)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:

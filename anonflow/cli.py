@@ -241,11 +241,24 @@ class _Progress:
 @click.option("--retain", type=click.Choice(RETAIN), default=None,
               help="What the store keeps of this run's tables once it ends: all; published (sources and "
                    "intermediate tables are purged, the store rewritten); none. Overrides the workflow's retain:.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST",
+              help="A host that is not this machine which PostgreSQL sources and sinks may reach (repeatable); "
+                   "a workflow file never allows one on its own (docs/egress.md).")
 @_guard
 def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], out_dir: Path | None,
         as_json: bool, no_cache: bool, memory: str | None, threads: int | None, temp_dir: Path | None,
-        executor: str | None, work_dir: Path | None, retain: str | None) -> None:
+        executor: str | None, work_dir: Path | None, retain: str | None, allow_hosts: tuple[str, ...]) -> None:
     """Validate and run a workflow file."""
+    from . import egress
+
+    with egress.use(egress.for_user(allow_hosts)):
+        _run(workflow, db, seed, overrides, out_dir, as_json, no_cache, memory, threads, temp_dir, executor, work_dir,
+             retain)
+
+
+def _run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], out_dir: Path | None,
+         as_json: bool, no_cache: bool, memory: str | None, threads: int | None, temp_dir: Path | None,
+         executor: str | None, work_dir: Path | None, retain: str | None) -> None:
     from .executors import ExecutorSpec, parse_executor
     from .runner import Runner
     from .spec import Resources, check_memory
@@ -312,20 +325,27 @@ def _held_line(store: Store) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--no-preview", is_flag=True,
               help="Only validate the graph and parameters; do not run the preparation steps on the data.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST",
+              help="A host that is not this machine which PostgreSQL sources and sinks may reach (repeatable); "
+                   "a workflow file never allows one on its own (docs/egress.md).")
 @_guard
-def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: bool, no_preview: bool) -> None:
+def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: bool, no_preview: bool,
+         allow_hosts: tuple[str, ...]) -> None:
     """Validate a workflow file and print its steps in execution order.
 
     The preparation steps (typing, filter, sample, hierarchy, partition) run on the data in
     memory to preview the typing, the hierarchies, the fragments and what each algorithm will
     face; nothing is stored
     or published (--no-preview skips this)."""
+    from . import egress
     from .dag import plan_json, preview
 
-    spec = load_workflow(workflow, overrides, seed)
-    registry = get_registry()
-    p = build_plan(spec, registry)
-    previews = {} if no_preview else preview(p, registry)
+    with egress.use(egress.for_user(allow_hosts)) as policy:
+        spec = load_workflow(workflow, overrides, seed)
+        registry = get_registry()
+        p = build_plan(spec, registry)
+        egress.check_plan(p, registry, policy)  # what a run would reach, refused as a run would refuse it
+        previews = {} if no_preview else preview(p, registry)
     typings = {n: v for n, v in previews.items() if "typing" in v}
     if as_json:
         _echo_json(plan_json(p, previews))
@@ -583,9 +603,12 @@ def _release_publisher(name: str = "release") -> Any:
 @click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Public key file (KEY.pub from 'anonflow keygen KEY'): check the release's signature with it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST",
+              help="With --rerun: a host the re-run may read a PostgreSQL source from, and offer your credentials "
+                   "(PGPASSWORD, .pgpass) to (repeatable); the manifest never chooses one (docs/egress.md).")
 @_guard
 def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, key: Path | None,
-           as_json: bool) -> None:
+           as_json: bool, allow_hosts: tuple[str, ...]) -> None:
     """Check a release directory: file hashes against its manifest, each CSV against its
     Parquet partner, the signature (--key), the privacy checks re-run on the published files
     alone, and (--rerun) a confined re-run of the recorded workflow. Exit 0 only if everything
@@ -614,8 +637,11 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
     refused = rerun and bool(in_memory)
     if refused:  # the checks that need no re-run still run; the re-run is refused in one line
         rerun = False
-    result = (publisher.verify(release, rerun=rerun, db=db, sources=sources, key=key) if key is not None else
-              publisher.verify(release, rerun=rerun, db=db, sources=sources))
+    from . import egress
+
+    with egress.use(egress.for_rerun(allow_hosts)):  # someone else's workflow: external sinks are not replayed
+        result = (publisher.verify(release, rerun=rerun, db=db, sources=sources, key=key) if key is not None else
+                  publisher.verify(release, rerun=rerun, db=db, sources=sources))
     if refused:
         what = ", ".join(repr(n) for n in in_memory)
         were = f"sources {what} were in-memory tables" if len(in_memory) > 1 else f"source {what} was an in-memory table"
@@ -634,9 +660,12 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
         bad = sum(not i["ok"] for i in result["findings"])
         if result["ok"]:
             same_tables = (result.get("rerun") or {}).get("verdict") == "same-tables-different-code"
+            skipped = (result.get("rerun") or {}).get("not_replayed") or []
             click.echo(f"release {release} verified: {len(result['findings'])} checks hold"
                        + ((", the re-run with other versions or code publishes the same tables" if same_tables else
-                           ", the re-run reproduces it byte for byte") if rerun else ""))
+                           ", the re-run reproduces it byte for byte") if rerun else "")
+                       + (f" (step{'s' if len(skipped) > 1 else ''} {', '.join(skipped)} not replayed: "
+                          "it writes outside the re-run's scratch folder)" if rerun and skipped else ""))
         else:
             click.echo(f"release {release} does NOT verify: {bad} of {len(result['findings'])} checks failed")
     if not result["ok"]:

@@ -10,8 +10,10 @@ same function runs on every executor, so the results are the same bytes wherever
 - ``processes:N``: N worker processes on this machine (Python's ``concurrent.futures``), with
   the tasks of a worker that dies run again by a new pool;
 - ``dask`` / ``dask:N``: a Dask ``distributed`` LocalCluster of N worker processes that
-  anonflow starts and stops; ``dask:tcp://host:port``: an existing scheduler (any cluster a
-  Dask deployer starts: Kubernetes, SLURM, YARN...), whose workers must see the work folder
+  anonflow starts and stops, speaking TLS with throw-away credentials (no other process can
+  join it: :func:`anonflow.egress.local_cluster_security`); ``dask:tcp://host:port``: an
+  existing scheduler, named only on the command line or in Python (:mod:`anonflow.egress`;
+  any cluster a Dask deployer starts: Kubernetes, SLURM, YARN...), whose workers must see the work folder
   (``executor: {work_dir: ...}`` on a shared file system) and have anonflow and the same
   plugins installed. Dask re-runs the tasks of a worker that dies.
 
@@ -75,23 +77,6 @@ class ExecutorSpec:
 
 
 _ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc|ws|wss)://[^\s]+$")
-
-
-def loopback(address: str) -> bool:
-    """Whether a scheduler address names this machine (127.0.0.0/8, ::1 or localhost)."""
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    try:
-        host = urlsplit(address).hostname or ""
-    except ValueError:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_executor(text: Any, where: str) -> ExecutorSpec:
@@ -498,14 +483,16 @@ class DaskExecutor(Executor):
             import tempfile
 
             from .cleanup import private_folder
+            from .egress import local_cluster_security
 
+            security = local_cluster_security()  # TLS, throw-away credentials: no other process joins
             # the workers spill the fragments they hold (original records) here: owner-only, removed on
             # close, journaled first (removed after a kill too)
             self._local = str(private_folder(tempfile.gettempdir(), "anonflow-dask-", journal, "dask"))
             self.cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True,
                                         dashboard_address=None, silence_logs=logging.ERROR,
-                                        local_directory=self._local)
-            self.client = Client(self.cluster, set_as_default=False)
+                                        local_directory=self._local, security=security)
+            self.client = Client(self.cluster, security=security, set_as_default=False)
 
     def map(self, tasks: list[FragmentTask]) -> Iterator[FragmentResult]:
         from distributed import as_completed

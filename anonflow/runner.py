@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import __version__
+from . import egress as egress_policy
 from .api import Output, RunInfo, StepContext, file_sha256, flat_params, suppression_limit
 from .builtins import BUILTINS
 from .dag import Node, Plan, build_plan
@@ -36,6 +37,7 @@ from .params import ParamError, validate_params
 from .table import ColumnDomain, TypedTable
 
 if TYPE_CHECKING:
+    from .egress import Policy
     from .outputs import OutputGuard
 
 
@@ -80,6 +82,15 @@ def _out_of_memory(exc: BaseException) -> str | None:
             return "Python could not allocate memory"
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
+
+
+def _shown(destination: str) -> str:
+    """A destination for a message: a PostgreSQL URL as ``postgresql://user@host:port/db``."""
+    if destination.split("://", 1)[0].lower() in ("postgresql", "postgres"):
+        from .postgres import display
+
+        return f"postgresql://{display(destination)}"
+    return destination
 
 
 def step_seed(seed: int, step: str) -> int:
@@ -314,11 +325,18 @@ def _merged_claims(claims: list[dict[str, dict[str, Any]]]) -> dict[str, dict[st
 class Runner:
     def __init__(self, store: Store, registry: Registry | None = None, reporter: Reporter | None = None,
                  history: list[dict[str, Any]] | None = None, resources: Resources | None = None,
-                 executor: ExecutorSpec | None = None) -> None:
+                 executor: ExecutorSpec | None = None, egress: "Policy | None" = None) -> None:
         """``history`` stands in for the store's earlier runs of the workflow in
         ``ctx.run_info().history()`` (``anonflow verify --rerun`` hands over what the
         original run saw); ``resources`` and ``executor`` (the CLI's flags) override the
-        workflow's."""
+        workflow's; ``egress``: what may leave the process (:mod:`anonflow.egress`; default:
+        the policy in force, set by the command that runs)."""
+        self.egress = egress
+        #: publish steps that write outside the output folder -> their destinations (a
+        #: re-run's policy does not replay them: :attr:`not_replayed`)
+        self.external: dict[str, list[str]] = {}
+        #: the publish steps this run did not replay (their destinations)
+        self.not_replayed: dict[str, list[str]] = {}
         self.resources = resources or Resources()
         self.executor_override = executor
         self.executor_spec = ExecutorSpec()
@@ -344,11 +362,16 @@ class Runner:
         ``retain`` (default: the workflow's ``retain:``): what the store keeps of the tables this
         run used once it ends, succeeded or failed (:mod:`anonflow.retention`): ``all``;
         ``published``: the sources and intermediate tables are purged and the store rewritten;
-        ``none``: the published tables too."""
+        ``none``: the published tables too.
+
+        Every origin and destination the plan names (PostgreSQL sources, publishers that declare
+        destinations, a Dask scheduler) is checked against the egress policy before anything
+        runs (:func:`anonflow.egress.check_plan`), and the policy stays in force while it runs."""
         from .cleanup import cleanup_on_termination
 
-        with cleanup_on_termination(), self.store.exclusive():
-            return self._run(spec, use_cache=use_cache, output_dir=output_dir, plan=plan, retain=retain)
+        policy = self.egress or egress_policy.current()
+        with cleanup_on_termination(), self.store.exclusive(), egress_policy.use(policy):
+            return self._run(spec, policy, use_cache=use_cache, output_dir=output_dir, plan=plan, retain=retain)
 
     def _make_out_dir(self, out_dir: Path) -> None:
         """Create the output folder with the modes the user's umask gives (as its published
@@ -388,20 +411,26 @@ class Runner:
                 warnings.warn(f"cleaned up after interrupted run {run_id} in {out_dir}: " + "; ".join(done),
                               AnonflowWarning, stacklevel=4)
 
-    def _run(self, spec: WorkflowSpec, *, use_cache: bool, output_dir: Path | None, plan: Plan | None,
-             retain: str | None) -> RunResult:
+    def _run(self, spec: WorkflowSpec, policy: "Policy", *, use_cache: bool, output_dir: Path | None,
+             plan: Plan | None, retain: str | None) -> RunResult:
         from .cleanup import LazyJournal
 
         retain = retain or spec.retain
         if retain not in RETAIN:
             raise InputError(f"retain must be one of {', '.join(RETAIN)}, got {retain!r}")
         plan = plan or build_plan(spec, self.registry)
+        self.external = egress_policy.check_plan(plan, self.registry, policy)
+        self.not_replayed = {}
         self.store.configure(spec.resources.merged(self.resources))
         out_dir = default_output_dir(spec, output_dir)
         self._clean_out_dir(out_dir)
         guard = check_outputs(plan, out_dir, self.store, self.registry)
         self._out_dir = out_dir
         self.executor_spec = spec.executor.merged(self.executor_override)
+        if self.executor_spec.address is not None:  # only the person running anonflow names a scheduler
+            egress_policy.check_scheduler(self.executor_spec.address, named_by_user=bool(
+                self.executor_override and self.executor_override.address == self.executor_spec.address),
+                where=spec.where("executor"))
         if self.executor_spec.address and any(plan.nodes[n].kind == "partition" for n in plan.order) \
                 and any(plan.nodes[n].kind == "algorithm" for n in plan.order):
             # a scheduler that cannot be reached fails the run before anything runs
@@ -653,6 +682,12 @@ class Runner:
                     self.store.view(f"{spec.name}.{node.name}.suppressed", art.table)
             elif node.kind == "evaluate":
                 metrics, failures = BUILTINS["evaluate"].run(tables, node.params, self.registry, ctx, where)
+            elif node.kind == "publish" and node.name in self.external and not egress_policy.current().replay_external:
+                # a re-run of someone else's workflow writes nowhere outside its scratch folder
+                self.not_replayed[node.name] = self.external[node.name]
+                ctx.note(f"not replayed: this publisher writes outside the output folder "
+                         f"({', '.join(_shown(d) for d in self.external[node.name])}), and a re-run writes only "
+                         "into its scratch folder")
             elif node.kind == "publish":
                 if self.output_guard is not None:
                     self.output_guard.step = node.name

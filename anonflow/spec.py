@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from .errors import InputError, WorkflowError
-from .executors import ExecutorSpec, executor_spec, loopback
+from .executors import ExecutorSpec, executor_spec
 from .params import suggest
 
 TOP_KEYS = ("name", "description", "seed", "resources", "executor", "retain", "sources", "steps")
@@ -27,7 +27,7 @@ RESOURCE_KEYS = ("memory", "threads", "temp_directory")
 MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
 STEP_KEYS = ("uses", "input", "with", "after", "description")
 SOURCE_KEYS = ("path", "table", "db", "format", "delimiter", "header", "quote", "na_values",
-               "types", "description", "sha256", "postgres", "query")
+               "types", "description", "sha256", "postgres", "query", "timeout")
 FORMATS = ("csv", "parquet", "duckdb", "postgres")
 #: the format of an in-memory table (a DataFrame or Arrow table handed over in Python, see
 #: :mod:`anonflow.memtable`); a workflow file cannot hold one
@@ -364,9 +364,10 @@ def workflow_from_data(data: Any, path: Path, text: str, overrides: Iterable[Any
 
 
 def _executor(path: Path, base: Path, data: Any) -> ExecutorSpec:
-    """The ``executor:`` block. A workflow file may come from someone else: it may not send the
-    data to a scheduler on another machine (only ``--executor`` may name one), nor write its
-    fragments outside the workflow's folder (only ``--work-dir`` may name any folder)."""
+    """The ``executor:`` block. A workflow file may come from someone else: it may not name a
+    Dask scheduler at all (whatever listens there receives the records; only ``--executor``
+    may name one: :func:`anonflow.egress.check_scheduler`), nor write its fragments outside
+    the workflow's folder (only ``--work-dir`` may name any folder)."""
     if data is None:
         return ExecutorSpec()
     where = f"{path}: executor"
@@ -374,10 +375,13 @@ def _executor(path: Path, base: Path, data: Any) -> ExecutorSpec:
         spec = executor_spec(data, where)
     except InputError as exc:
         raise WorkflowError(exc.message, where=where) from None
-    if spec.address is not None and not loopback(spec.address):
-        raise WorkflowError(f"a workflow file may name only a scheduler on this machine (tcp://127.0.0.1:PORT), "
-                            f"not {spec.address!r}: the records would go there; name it with --executor "
-                            f"dask:{spec.address}", where=where)
+    if spec.address is not None:
+        from .egress import check_scheduler
+
+        try:
+            check_scheduler(spec.address, named_by_user=False, where=where)
+        except InputError as exc:
+            raise WorkflowError(exc.message, where=where) from None
     if spec.work_dir is not None:
         raw = spec.work_dir
         work = (base / raw).resolve()
@@ -459,9 +463,12 @@ def _postgres_source(path: Path, name: str, data: Mapping, where: str) -> Source
     """``{postgres: URL, table: NAME}`` or ``{postgres: URL, query: SELECT ...}`` (anonflow.postgres)."""
     from .postgres import url_problem
 
-    extra = [k for k in data if k not in ("postgres", "table", "query", "format", "description")]
+    from .postgres import check_timeout
+
+    extra = [k for k in data if k not in ("postgres", "table", "query", "format", "description", "timeout")]
     if extra:
-        raise _err(path, f"a postgres source takes postgres, table or query, and description; not {extra[0]!r}", where)
+        raise _err(path, f"a postgres source takes postgres, table or query, timeout and description; not "
+                         f"{extra[0]!r}", where)
     problem = url_problem(data.get("postgres"))
     if problem is not None:  # never repeated: it may hold a password
         raise _err(path, f"'postgres' {problem}", where)
@@ -474,6 +481,12 @@ def _postgres_source(path: Path, name: str, data: Mapping, where: str) -> Source
     options: dict[str, Any] = {"postgres": data["postgres"]}
     if query is not None:
         options["query"] = query
+    if data.get("timeout") is not None:  # the query's statement_timeout on the server
+        try:
+            check_timeout(data["timeout"])
+        except InputError as exc:
+            raise _err(path, exc.message, where) from None
+        options["timeout"] = data["timeout"]
     return SourceSpec(name=name, format="postgres", table=table, options=options)
 
 

@@ -359,25 +359,29 @@ class Workflow:
     # -- planning and running ------------------------------------------------------------
 
     def plan(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None,
-             preview: bool = True) -> dict[str, Any]:
+             preview: bool = True, allow_hosts: Iterable[str] | None = None) -> dict[str, Any]:
         """What ``anonflow plan --json`` prints, as data: ``{"workflow", "seed", "steps"}``.
         With ``preview`` (the default) the preparation steps run on the data in a throw-away
         in-memory store, as ``anonflow plan`` does (``preview=False``: ``--no-preview``);
-        ``sources`` as :meth:`run` takes it."""
+        ``sources`` and ``allow_hosts`` as :meth:`run` takes them."""
+        from . import egress
         from .dag import build_plan, plan_json
         from .dag import preview as run_preview
         from .plugins import get_registry
 
-        spec = self.spec(set=set, seed=seed, sources=sources)
-        registry = get_registry()
-        plan = build_plan(spec, registry)
-        return plan_json(plan, run_preview(plan, registry) if preview else {})
+        with egress.use(egress.for_user(allow_hosts, where="allow_hosts")) as policy:
+            spec = self.spec(set=set, seed=seed, sources=sources)
+            registry = get_registry()
+            plan = build_plan(spec, registry)
+            egress.check_plan(plan, registry, policy)
+            return plan_json(plan, run_preview(plan, registry) if preview else {})
 
     def run(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None,
             db: PathLike | None = None, out_dir: PathLike | None = None, use_cache: bool = True,
             memory: str | None = None, threads: int | None = None, temp_dir: PathLike | None = None,
             executor: str | Mapping[str, Any] | None = None, work_dir: PathLike | None = None,
-            progress: bool = False, retain: str | None = None) -> "Result":
+            progress: bool = False, retain: str | None = None,
+            allow_hosts: Iterable[str] | None = None) -> "Result":
         """Run the workflow as ``anonflow run`` does and return its :class:`Result`.
 
         ``set``: parameter overrides (``{"grouped.k": 10}``, or the CLI's ``["grouped.k=10"]``);
@@ -395,9 +399,22 @@ class Workflow:
         ``work_dir`` the folder the fragments travel through (``--work-dir``); ``progress``:
         the CLI's step lines and progress bars on stderr; ``retain``: what the store keeps of
         the run's tables, ``"all"``, ``"published"`` or ``"none"`` (``--retain``; default the
-        workflow's ``retain:``). A failed run raises
+        workflow's ``retain:``); ``allow_hosts``: hosts other than this machine that PostgreSQL
+        sources and sinks may reach (``--allow-host``; the workflow never allows one on its
+        own, docs/egress.md). A failed run raises
         :class:`~anonflow.errors.RunError` (``exc.run_id`` names its record), invalid input
         :class:`~anonflow.errors.InputError` / :class:`~anonflow.errors.WorkflowError`."""
+        from . import egress
+
+        with egress.use(egress.for_user(allow_hosts, where="allow_hosts")):
+            return self._run(set=set, seed=seed, sources=sources, db=db, out_dir=out_dir, use_cache=use_cache,
+                             memory=memory, threads=threads, temp_dir=temp_dir, executor=executor,
+                             work_dir=work_dir, progress=progress, retain=retain)
+
+    def _run(self, *, set: Overrides, seed: int | None, sources: Sources, db: PathLike | None,
+             out_dir: PathLike | None, use_cache: bool, memory: str | None, threads: int | None,
+             temp_dir: PathLike | None, executor: str | Mapping[str, Any] | None, work_dir: PathLike | None,
+             progress: bool, retain: str | None) -> "Result":
         from .dag import build_plan
         from .executors import ExecutorSpec, executor_spec
         from .plugins import get_registry

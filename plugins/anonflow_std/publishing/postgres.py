@@ -69,6 +69,11 @@ class PostgresPublisher(Publisher):
               help="lossy-join: the sensitive attribute (default: the only one typed)"),
     )
 
+    def destinations(self, params: Mapping[str, Any]) -> list[str]:
+        """The server it writes to: the engine checks its host (docs/egress.md), and a re-run
+        (``verify --rerun``) does not replay the step."""
+        return [params["url"]]
+
     def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **_: Any) -> None:
         from anonflow.postgres import check_url
 
@@ -120,7 +125,7 @@ class PostgresPublisher(Publisher):
             if guard is not None and key in getattr(guard, "claimed", ()):
                 raise InputError(f"postgres: {key} is written by an earlier publish step of this run; give each "
                                  "step its own table")
-        con = connect(url, autocommit=False)
+        con = connect(url, autocommit=False, what=f"step {ctx.step!r} (publisher postgres)")
         outputs: list[Output] = []
         try:
             cur = con.cursor()

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 import pyarrow.parquet as pq
 
+from anonflow import egress
 from anonflow.api import CLASS, InputError, cleanup_on_termination, file_sha256
 from anonflow.lineage import canonical_json
 
@@ -1041,7 +1042,11 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
                 f.add(True, info["what"], f"{label if info.get('outside') else rel} matches its recorded sha256")
                 if info.get("outside"):
                     copies[rel] = dst
-        differ, unread = _check_postgres_sources(spec, manifest, tmp, f)
+        # someone else's workflow: nothing it names is reached on its word (anonflow.egress): no
+        # sink outside the scratch folder runs, credentials go only to hosts the verifier named
+        policy = rerun_policy()
+        with egress.use(policy):
+            differ, unread = _check_postgres_sources(spec, manifest, tmp, f)
         if changed or differ:
             return refuse("a source or a file the workflow reads differs from the one recorded")
         if unread:
@@ -1065,9 +1070,11 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             spec = dataclasses.replace(spec, overrides=tuple(tuple(o) for o in manifest.get("overrides") or []))
             history = [{"params": p["params"], "metrics": p["metrics"]}
                        for p in ((manifest.get("sweep") or {}).get("points") or [])]
-            plan = build_plan(spec, registry)
-            with Store(db if db is not None else tmp / "rerun.duckdb") as store:
-                Runner(store, registry, history=history).run(spec, use_cache=False, output_dir=tmp / "out", plan=plan)
+            with egress.use(policy):
+                plan = build_plan(spec, registry)
+                with Store(db if db is not None else tmp / "rerun.duckdb") as store:
+                    runner = Runner(store, registry, history=history, egress=policy)
+                    runner.run(spec, use_cache=False, output_dir=tmp / "out", plan=plan)
         except AnonflowError as exc:
             f.add(False, "re-run", f"the recorded workflow failed when re-run: {exc}")
             f.rerun = {"verdict": "failed"}
@@ -1082,12 +1089,21 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             f.rerun = {"verdict": "failed"}
             return
         again = json.loads((again_dir / MANIFEST).read_text(encoding="utf-8"))
-        _compare_rerun(release, manifest, again_dir, again, f)
+        _compare_rerun(release, manifest, again_dir, again, f, not_replayed=runner.not_replayed)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+
+
+def rerun_policy() -> Any:
+    """The egress policy of a re-run: the one in force if it is a re-run's (``anonflow verify``
+    sets it from ``--allow-host``), else a re-run's with the hosts the policy in force names."""
+    current = egress.current()
+    if not current.replay_external and current.credentials == "named":
+        return current
+    return egress.Policy(current.named, credentials="named", replay_external=False)
 
 
 def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f: Findings) -> tuple[bool, bool]:
@@ -1121,10 +1137,11 @@ def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f
                 unread = True
                 continue
             if art.hash != rec.get("sha256"):
-                rows = f", {art.rows} records (the manifest records {rec.get('rows')})" if art.rows != rec.get("rows") \
-                    else ""
-                f.add(False, what, f"{label} has changed: content sha256 {_short(art.hash)}{rows}, but the manifest "
-                                   f"records {_short(rec.get('sha256'))} (sources[{idx}].sha256)")
+                # never the digest or the count of what the query returned: the manifest chose the
+                # query, and verify's output must not tell its author anything about the server's
+                # records (as for a file read at a path the manifest names)
+                f.add(False, what, f"{label} has changed: the content sha256 of what it returns differs from the one "
+                                   f"the manifest records (sources[{idx}].sha256); not used")
                 changed = True
             else:
                 f.add(True, what, f"{label} matches its recorded content sha256 ({art.rows} records, read again from "
@@ -1149,8 +1166,28 @@ STEP_FILE_SHA = re.compile(r"^steps\[\d+\]\.files\[\d+\]\.sha256$")
 #: what an algorithm step fitted (``steps[i].fitted``): a release written before anonflow
 #: recorded it has none, which a re-run with newer code adds (expected, not a data difference)
 STEP_FITTED = re.compile(r"^steps\[\d+\]\.fitted$")
+#: the report's lineage plot (it draws every file and table the run wrote, those of a step not
+#: replayed included)
+LINEAGE_PLOT = re.compile(r'(<section id="lineage"><h2>Lineage</h2>(?:<div\b[^>]*>)?)<svg\b.*?</svg>', re.S)
+#: what a publish step wrote (``steps[i].files``): not compared for a step not replayed
+STEP_FILES = re.compile(r"^steps\[(\d+)\]\.files(\[|\.|$)")
 #: the report page's parts that show the versions or are drawn by matplotlib
 REPORT_VOLATILE = re.compile(r"<footer>.*?</footer>|<svg\b.*?</svg>", re.S)
+
+
+def _role(manifest: Mapping[str, Any], index: int) -> Any:
+    files = manifest.get("files") or []
+    entry = files[index] if 0 <= index < len(files) else None
+    return entry.get("role") if isinstance(entry, Mapping) else None
+
+
+def _dest_text(destination: str) -> str:
+    """A destination for a finding, a PostgreSQL URL as libpq reads it (no password)."""
+    if destination.split("://", 1)[0].lower() in ("postgresql", "postgres"):
+        from anonflow.postgres import display
+
+        return f"postgresql://{display(destination)}"
+    return destination
 
 
 def _version_text(v: Any) -> str:
@@ -1245,7 +1282,7 @@ def compare_tables(a: Path, b: Path, fmt: str) -> dict[str, Any]:
 
 
 def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, again: Mapping[str, Any],
-                   f: Findings) -> None:
+                   f: Findings, not_replayed: Mapping[str, list[str]] | None = None) -> None:
     """Compare the re-run's release (``again_dir``, its manifest ``again``) with the recorded
     one and set ``f.rerun``'s verdict.
 
@@ -1275,6 +1312,16 @@ def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, 
                         f"{_version_text((manifest.get('publisher') or {}).get('version'))} -> "
                         f"{_version_text((again.get('publisher') or {}).get('version'))}")
     f.rerun = {"verdict": "different", "versions": versions, "code": code}
+    # publish steps that write outside the output folder (a database) are not replayed
+    # (anonflow.egress): what they recorded writing is not compared, and the verdict says so
+    skipped = {i for i, st in enumerate(manifest.get("steps") or [])
+               if isinstance(st, Mapping) and st.get("step") in (not_replayed or {})}
+    if not_replayed:
+        f.rerun["not_replayed"] = sorted(not_replayed)
+        for name, dests in sorted(not_replayed.items()):
+            f.add(True, f"step {name}", "not replayed: it writes outside the re-run's scratch folder ("
+                  + ", ".join(_dest_text(d) for d in dests) + "); what it wrote is not attested by this re-run",
+                  show=True)
     if code_differs:
         f.add(True, "re-run versions", ("the re-run runs other versions than the release records: " + "; ".join(
             versions)) if versions else "the re-run runs the versions the release records", show=True)
@@ -1287,6 +1334,12 @@ def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, 
     newly_fitted: list[str] = []    # steps[i].fitted the release (older code) does not record
     data_diffs = 0
     for path, a, b in diffs:
+        step_files = STEP_FILES.match(path)
+        if step_files and int(step_files.group(1)) in skipped:
+            continue  # a step not replayed wrote nothing in the re-run
+        file_sha = FILE_SHA.match(path)
+        if skipped and file_sha and _role(manifest, int(file_sha.group(1))) == "report":
+            continue  # the page draws what that step wrote: judged below, with the page itself
         if code_differs and CODE_FIELDS.match(path):
             expected.append(path)
             continue
@@ -1332,8 +1385,8 @@ def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, 
             data_diffs += 1
             continue
         if name == MANIFEST:
-            if code_differs:
-                same_files += 1  # it records the versions: compared field by field above
+            if code_differs or skipped:
+                same_files += 1  # it records the versions (or the report's digest): compared field by field above
             elif signed and _unsigned_form(manifest) != _unsigned_form(again):
                 f.add(False, f"file {name}", "differs from the re-run's (signatures aside)")
                 data_diffs += 1
@@ -1367,6 +1420,23 @@ def _compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, 
             else:
                 f.add(False, f"file {name}", f"differs from the re-run's: sha256 {_short(ha)} vs {_short(hb)}: "
                                              f"{cmp['detail']}")
+                data_diffs += 1
+            continue
+        if skipped and not code_differs and entry.get("role") == "report":
+            try:
+                with os.fdopen(open_regular(a), "rb") as fh:
+                    page_a = fh.read().decode("utf-8", "replace")
+                page_b = b.read_text(encoding="utf-8", errors="replace")
+                alike = LINEAGE_PLOT.sub(r"\1", page_a) == LINEAGE_PLOT.sub(r"\1", page_b)
+            except OSError:
+                alike = False
+            if alike:
+                same_files += 1
+                f.add(True, f"file {name}", "differs from the re-run's page only in its lineage plot, which draws "
+                                            "what the steps not replayed wrote", show=True)
+            else:
+                f.add(False, f"file {name}", f"differs from the re-run's beyond its lineage plot: sha256 "
+                                             f"{_short(ha)} vs {_short(hb)}")
                 data_diffs += 1
             continue
         if code_differs and entry.get("role") == "report":
