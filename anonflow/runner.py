@@ -549,6 +549,8 @@ class Runner:
                 self._store_output(node, typed, rec, run_id)
             elif node.kind in ("filter", "sample", "partition"):
                 typed, summary = BUILTINS[node.kind].run(tables[0], node.params, ctx, where)
+                if typed.claims:  # an algorithm's output with records left out: its claims re-checked
+                    typed = self._check_claims(node, typed.replace(claims={}), ctx, where, dict(typed.claims))
                 self._store_output(node, typed, rec, run_id)
             elif node.kind == "hierarchy":
                 typed, summary = BUILTINS["hierarchy"].run(tables[0], node.params, self.registry, ctx, where)
@@ -622,6 +624,9 @@ class Runner:
         Suppressed records are those the algorithm returns with a null ``_class``: they are
         never silently dropped, but split off into a table of their own."""
         algo = node.plugin.obj
+        # a chain of algorithms: the claims of the input (an earlier algorithm's output) are
+        # candidates for this step's output, kept only where re-checked on it (_check_claims)
+        inherited = dict(table.claims) if algo.inputs == 1 else {}
         if algo.inputs == 1 and (CLASS in table.columns or table.claims):
             # another algorithm's output: its classes and its claims are not this step's. The
             # algorithm starts from the records (a two-input algorithm reads the partition itself)
@@ -662,9 +667,10 @@ class Runner:
         # then checked on the published records, so no table downstream relies on a false one
         # (a claim a two-input algorithm copied from its input stays only if it still holds)
         out = out.replace(claims={**out.claims, **algo.claims(node.params)})
+        inherited = {m: g for m, g in inherited.items() if m not in out.claims}
         nulls = out.column(CLASS).null_count
         if not nulls:
-            return self._check_claims(node, out, ctx, where), None
+            return self._check_claims(node, out, ctx, where, inherited), None
         self._check_suppression(node, nulls, table.num_rows, where, partitioned=FRAGMENT in table.columns)
         if out.loaded:
             keep = pc.is_valid(out.data.column(CLASS))
@@ -678,7 +684,7 @@ class Runner:
             published = ctx.derive(f"SELECT * FROM output WHERE {c} IS NOT NULL", output=out).replace(
                 typing=out.typing, claims=out.claims, hierarchies=out.hierarchies)
             self.store.discard(out)
-        return self._check_claims(node, published, ctx, where), suppressed
+        return self._check_claims(node, published, ctx, where, inherited), suppressed
 
     # -- partitioned tables ----------------------------------------------------------------
 
@@ -892,30 +898,53 @@ class Runner:
         algo.check(node.params, table=whole)
         return algo.run(whole, node.params, ctx)
 
-    def _check_claims(self, node: Node, published: TypedTable, ctx: StepContext, where: str) -> TypedTable:
+    def _check_claims(self, node: Node, published: TypedTable, ctx: StepContext, where: str,
+                      inherited: dict[str, dict[str, Any]] | None = None) -> TypedTable:
         """Check each claimed model with the privacy metric of the same name on the published
         records; a claim that fails stops the run, one no installed metric can judge is dropped
-        (with a note): a table never claims what was not checked."""
+        (with a note): a table never claims what was not checked.
+
+        ``inherited``: the claims of the step's input (an earlier algorithm of a chain) that
+        this step does not make itself. Each is checked the same way on this step's output and
+        kept when it holds; one that does not hold, or that no metric can judge, is dropped
+        with a note, never an error (this step did not claim it). A later step's own claim of
+        the same model replaces the input's."""
+        inherited = inherited or {}
+        own = dict(published.claims)
         kept: dict[str, dict[str, Any]] = {}
-        for model, given in published.claims.items():
+        for model, given in [*own.items(), *inherited.items()]:
+            carried = model not in own
+            source = "of the input (an earlier algorithm) " if carried else ""
             reg = self.registry.get("metric", model) if self.registry.has("metric", model) else None
             if reg is None or reg.obj.category != "privacy":
-                ctx.note(f"claim {model!r} dropped: no installed privacy metric of that name can check it")
+                ctx.note(f"claim {model!r} {source}dropped: no installed privacy metric of that name can check it")
                 continue
+            checked = published.replace(claims={**own, model: given})
             try:
                 mparams = validate_params(reg.obj.params, given)
-                result = reg.obj.compute(None, published, mparams, dataclasses.replace(ctx, notes=[]))
+                result = reg.obj.compute(None, checked, mparams, dataclasses.replace(ctx, notes=[]))
             except (InputError, ParamError) as exc:
+                if carried:
+                    ctx.note(f"claim {model} {canonical_json(given)} {source}dropped: its check cannot take this "
+                             f"step's output ({exc})")
+                    continue
                 raise PluginError(f"algorithm {node.uses!r} claims {model} {canonical_json(given)}, which the "
                                   f"{model} check cannot take: {exc}", where=where) from None
             holds = result.get(f"{model}.holds")
             if holds is None:
-                ctx.note(f"claim {model!r} dropped: its check gives no verdict for {canonical_json(given)}")
+                ctx.note(f"claim {model!r} {source}dropped: its check gives no verdict for {canonical_json(given)}")
+                continue
+            detail = ", ".join(f"{k} = {float(v):g}" for k, v in result.items() if k != f"{model}.holds")
+            if not holds and carried:
+                ctx.note(f"claim {model} {canonical_json(given)} of the input (an earlier algorithm) dropped: "
+                         f"this step's output does not satisfy it ({detail})")
                 continue
             if not holds:
-                detail = ", ".join(f"{k} = {float(v):g}" for k, v in result.items() if k != f"{model}.holds")
                 raise RunError(f"algorithm {node.uses!r} claims {model} {canonical_json(given)} but its output "
                                f"does not satisfy it ({detail})", where=where)
+            if carried:
+                ctx.note(f"claim {model} {canonical_json(given)} of the input (an earlier algorithm) kept: "
+                         "re-checked on this step's output")
             kept[model] = given
         return published.replace(claims=kept)
 

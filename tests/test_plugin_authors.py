@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from anonflow import codehash, plugins
+from anonflow.api import CLASS, Algorithm, Param, hookimpl
 
 from .conftest import write
 from .test_release import verify
 from .test_release_trust import scratch_root  # noqa: F401 (a fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PLUGIN = '''
 import numpy as np
@@ -208,3 +213,198 @@ def test_the_digest_does_not_depend_on_where_the_distribution_is_installed(tmp_p
             sys.path.remove(str(target))
             _forget_plugin()
     assert digests[0] == digests[1] and len(digests[0]) == 64
+
+
+# -- 3. claims through chains; the report's loss against the typed original ------------------
+
+
+class ChainBlocks(Algorithm):
+    """Groups of k records by rank of the first QI; every QI replaced by its group mean."""
+
+    name = "chain.blocks"
+    version = "1.0.0"
+    params = (Param("k", "int", default=5, min=2),)
+
+    def claims(self, params):
+        return {"k-anonymity": {"k": params["k"]}}
+
+    def run(self, table, params, ctx):
+        x = table.data.column(table.typing.quasi[0]).to_numpy().astype(float)
+        rank = np.empty(len(x), dtype=np.int64)
+        rank[np.argsort(x, kind="stable")] = np.arange(len(x))
+        labels = np.minimum(rank // params["k"], max(len(x) // params["k"] - 1, 0))
+        data = table.data
+        for q in table.typing.quasi:
+            col = data.column(q).to_numpy().astype(float)
+            means = np.bincount(labels, weights=col) / np.bincount(labels)
+            data = data.set_column(data.column_names.index(q), q, pa.array(means[labels]))
+        return table.replace(data=data.append_column(CLASS, pa.array(labels, pa.int64())))
+
+
+class ChainNoise(Algorithm):
+    """A perturbation that groups nothing: noise added to one column, each record its own
+    class (``arange(n)``, the natural answer a plugin author gives)."""
+
+    name = "chain.noise"
+    version = "1.0.0"
+    params = (Param("column", "str"), Param("scale", "float", default=1000.0, min=0.0))
+
+    def run(self, table, params, ctx):
+        data = table.data
+        c = params["column"]
+        col = data.column(c).to_numpy().astype(float) + ctx.rng.normal(0.0, params["scale"], data.num_rows)
+        data = data.set_column(data.column_names.index(c), c, pa.array(col))
+        return table.replace(data=data.append_column(CLASS, pa.array(np.arange(data.num_rows), pa.int64())))
+
+
+class ChainProvider:
+    @hookimpl
+    def anonflow_register_algorithms(self, register):
+        register(ChainBlocks())
+        register(ChainNoise())
+
+
+@pytest.fixture
+def chain_plugins():
+    pm, dists = plugins.plugin_manager()
+    pm.register(ChainProvider(), name="chain-test")
+    plugins.set_registry(plugins.Registry(pm, dists))
+    yield
+    plugins.set_registry(None)
+
+
+def _chain_workflow(project: Path, steps: str) -> Path:
+    head = textwrap.dedent("""\
+        name: chain
+        seed: 5
+        sources:
+          census: {path: data/sdcmicro/CASCrefmicrodata.csv}
+        steps:
+          typed:
+            uses: typing
+            input: census
+            with: {quasi: [AFNLWGT, AGI], insensitive: [FEDTAX], others: drop}
+        """)
+    path = project / "wf.yaml"
+    path.write_text(head + textwrap.indent(textwrap.dedent(steps).strip("\n"), "  ") + "\n")
+    return path
+
+
+def _notes(result: dict, step: str) -> list[str]:
+    return next(s for s in result["steps"] if s["step"] == step).get("notes") or []
+
+
+def _loss_rows(report: Path) -> dict[str, list[str]]:
+    """The report's per-attribute loss table: attribute -> its cells."""
+    html = report.read_text()
+    section = html[html.index('<section id="loss">'):]
+    section = section[:section.index("</section>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", section[section.index("<tbody>"):])
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows]
+    return {re.sub(r"<[^>]+>", "", c[0]): c[1:] for c in cells}
+
+
+def _run(cli, wf: Path, project: Path) -> dict:
+    res = cli("run", wf, "--db", project / "s.duckdb", "--json")
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_a_claim_survives_a_later_step_when_it_still_holds_on_its_output(cli, project, chain_plugins, scratch_root):
+    wf = _chain_workflow(project, """
+        grouped: {uses: chain.blocks, input: typed, with: {k: 5}}
+        noised: {uses: chain.noise, input: grouped, with: {column: FEDTAX}}
+        release: {uses: publish, input: noised, with: {publisher: release, path: release}}
+        """)
+    result = _run(cli, wf, project)
+    assert 'claim k-anonymity {"k":5} of the input (an earlier algorithm) kept: re-checked on this step\'s output' \
+        in _notes(result, "noised")
+    manifest = json.loads((project / "out" / "release" / "manifest.json").read_text())
+    assert manifest["release"]["claims"] == {"k-anonymity": {"k": 5}}
+    status, checked = verify(cli, project / "out" / "release")
+    assert status == 0, checked
+    # the loss of AFNLWGT (which only chain.blocks changed) is measured against the typed
+    # table: the same as a release of chain.blocks' output alone, never 0
+    chained = _loss_rows(project / "out" / "release" / "report.html")
+    assert "from the original (<code>typed</code>)" in (project / "out" / "release" / "report.html").read_text()
+    wf = _chain_workflow(project, """
+        grouped: {uses: chain.blocks, input: typed, with: {k: 5}}
+        release: {uses: publish, input: grouped, with: {publisher: release, path: release}}
+        """)
+    _run(cli, wf, project)
+    alone = _loss_rows(project / "out" / "release" / "report.html")
+    assert chained["AFNLWGT"] == alone["AFNLWGT"] and chained["AFNLWGT"][2] != "0"
+
+
+def test_a_claim_a_later_step_breaks_is_dropped_with_a_note_and_the_release_claims_nothing(cli, project,
+                                                                                          chain_plugins):
+    wf = _chain_workflow(project, """
+        grouped: {uses: chain.blocks, input: typed, with: {k: 5}}
+        noised: {uses: chain.noise, input: grouped, with: {column: AGI}}
+        release: {uses: publish, input: noised, with: {publisher: release, path: release}}
+        """)
+    result = _run(cli, wf, project)
+    dropped = [n for n in _notes(result, "noised") if n.startswith('claim k-anonymity {"k":5} of the input')]
+    assert len(dropped) == 1 and "dropped: this step's output does not satisfy it (k-anonymity = 1" in dropped[0]
+    manifest = json.loads((project / "out" / "release" / "manifest.json").read_text())
+    assert manifest["release"]["claims"] == {}
+
+
+def test_a_filter_after_an_algorithm_rechecks_its_claims(cli, project, chain_plugins):
+    """Records left out of an algorithm's output can break its claim: the claim is checked
+    again on what the filter keeps."""
+    wf = _chain_workflow(project, """
+        grouped: {uses: chain.blocks, input: typed, with: {k: 5}}
+        kept: {uses: filter, input: grouped, with: {where: "FEDTAX > 5000"}}
+        release: {uses: publish, input: kept, with: {publisher: release, path: release}}
+        """)
+    result = _run(cli, wf, project)
+    assert any(n.startswith('claim k-anonymity {"k":5} of the input (an earlier algorithm) dropped')
+               for n in _notes(result, "kept")), _notes(result, "kept")
+    manifest = json.loads((project / "out" / "release" / "manifest.json").read_text())
+    assert manifest["release"]["claims"] == {}
+
+
+def test_first_party_chain_lattice_then_local_suppression_keeps_only_what_rechecks(cli, tmp_path):
+    """lattice claims l-diversity, local-suppression k-anonymity: with nothing suppressed the
+    release claims both; once cells are suppressed, l-diversity (not defined for overlapping
+    classes) is dropped with a note and the release claims k-anonymity alone."""
+    data, arx = ROOT / "workflows" / "data" / "adult" / "adult_full.csv", ROOT / "workflows" / "data" / "arx"
+    wf = write(tmp_path / "wf.yaml", f"""
+        name: chain-first-party
+        seed: 3
+        sources:
+          adult: {{path: {data}}}
+        steps:
+          typed:
+            uses: typing
+            input: adult
+            with: {{quasi: [age, sex, race, marital-status], sensitive: [occupation], others: drop}}
+          hier:
+            uses: hierarchy
+            input: typed
+            with:
+              age: {{interval: {{widths: [5, 10, 20, 40], anchor: 0}}}}
+              sex: {{arx: {arx / "adult_hierarchy_sex.csv"}}}
+              race: {{arx: {arx / "adult_hierarchy_race.csv"}}}
+              marital-status: {{arx: {arx / "adult_hierarchy_marital-status.csv"}}}
+          some: {{uses: sample, input: hier, with: {{n: 4000}}}}
+          anon:
+            uses: lattice
+            input: some
+            with: {{model: l-diversity, model_params: {{l: 2}}, utility: generalization-rl}}
+          blanked: {{uses: local-suppression, input: anon, with: {{k: 2}}}}
+          release: {{uses: publish, input: blanked, with: {{publisher: release, path: release}}}}
+        """)
+    manifest = tmp_path / "out" / "release" / "manifest.json"
+    result = _run(cli, wf, tmp_path)
+    assert json.loads(manifest.read_text())["release"]["claims"] == {"k-anonymity": {"k": 2}, "l-diversity": {"l": 2}}
+    assert 'claim l-diversity {"l":2} of the input (an earlier algorithm) kept: re-checked on this step\'s output' \
+        in _notes(result, "blanked")
+    assert "from the original (<code>typed</code>)" in (tmp_path / "out" / "release" / "report.html").read_text()
+    res = cli("run", wf, "--db", tmp_path / "s.duckdb", "--json", "--set", "blanked.k=10")
+    assert res.exit_code == 0, res.output
+    notes = _notes(json.loads(res.stdout), "blanked")
+    assert any(n.startswith('claim l-diversity {"l":2} of the input (an earlier algorithm) dropped: its check cannot '
+                            "take this step's output (l-diversity: ") for n in notes), notes
+    assert json.loads(manifest.read_text())["release"]["claims"] == {"k-anonymity": {"k": 10}}
