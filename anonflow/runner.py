@@ -87,6 +87,13 @@ def step_seed(seed: int, step: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}\0{step}".encode()).digest()[:8], "little")
 
 
+def _duckdb_int(kind: pa.DataType) -> str:
+    """The DuckDB name of an Arrow integer type (a ``_class`` column keeps its type)."""
+    names = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INTEGER", pa.uint8(): "UTINYINT",
+             pa.uint16(): "USMALLINT", pa.uint32(): "UINTEGER", pa.uint64(): "UBIGINT"}
+    return names.get(kind, "BIGINT")
+
+
 def versions(registry: Registry) -> dict[str, Any]:
     import duckdb
     import networkx
@@ -670,7 +677,7 @@ class Runner:
         inherited = {m: g for m, g in inherited.items() if m not in out.claims}
         nulls = out.column(CLASS).null_count
         if not nulls:
-            return self._check_claims(node, out, ctx, where, inherited), None
+            return self._check_claims(node, self._renumber_classes(out), ctx, where, inherited), None
         self._check_suppression(node, nulls, table.num_rows, where, partitioned=FRAGMENT in table.columns)
         if out.loaded:
             keep = pc.is_valid(out.data.column(CLASS))
@@ -684,7 +691,50 @@ class Runner:
             published = ctx.derive(f"SELECT * FROM output WHERE {c} IS NOT NULL", output=out).replace(
                 typing=out.typing, claims=out.claims, hierarchies=out.hierarchies)
             self.store.discard(out)
-        return self._check_claims(node, published, ctx, where, inherited), suppressed
+        return self._check_claims(node, self._renumber_classes(published), ctx, where, inherited), suppressed
+
+    def _renumber_classes(self, table: TypedTable) -> TypedTable:
+        """Class ids numbered by what the classes publish, never by what an algorithm chose.
+
+        An algorithm's ids can follow the source order (a perturbation that groups nothing
+        returns ``arange(n)``; a grouping one may number classes as it met their first
+        records), and the publisher orders records by class: the file would then list records
+        in source order. Each class's key is its records' published values (every column but
+        ``_row``, ``_class``, ``_fragment`` and nested ones, as one tuple): the smallest tuple,
+        the largest, the number of records, and, only for classes equal in all three, the
+        sorted list of all their tuples. Classes are numbered 0, 1, ... in key order; classes
+        that tie even there publish the same records, and take the order of the algorithm's
+        ids, which then shows nothing. The partition itself is unchanged, and a table already
+        numbered so is returned as it is."""
+        cols = [c for c in table.columns if c not in (ROW, CLASS, FRAGMENT)
+                and not pa.types.is_nested(table.schema.field(c).type)]
+        fields = ", ".join(f"f{i} := {ident(c)}" for i, c in enumerate(cols))
+        value = f"struct_pack({fields})" if cols else "NULL::INTEGER"
+        c = ident(CLASS)
+        mapping = self.store.sql(f"""
+            WITH r AS (SELECT {c} AS c, {value} AS s FROM t WHERE {c} IS NOT NULL),
+                 k AS (SELECT c, min(s) AS lo, max(s) AS hi, count(*) AS n FROM r GROUP BY c),
+                 kk AS (SELECT *, count(*) OVER (PARTITION BY lo, hi, n) AS ties FROM k),
+                 tied AS (SELECT r.c, list(r.s ORDER BY r.s) AS content FROM r
+                          SEMI JOIN (SELECT c FROM kk WHERE ties > 1) USING (c) GROUP BY r.c)
+            SELECT kk.c AS old, (row_number() OVER (ORDER BY kk.lo, kk.hi, kk.n, tied.content, kk.c) - 1)::BIGINT
+                   AS new
+            FROM kk LEFT JOIN tied USING (c)""", t=table)
+        kind = table.schema.field(CLASS).type
+        integer = pa.types.is_integer(kind)
+        new = mapping.column("new").to_numpy(zero_copy_only=False)
+        if integer and np.array_equal(mapping.column("old").to_numpy(zero_copy_only=False), new):
+            return table
+        kind = kind if integer else pa.int64()
+        if table.loaded:
+            at = pc.index_in(table.data.column(CLASS), value_set=mapping.column("old")).to_numpy(zero_copy_only=False)
+            data = table.data.set_column(table.data.column_names.index(CLASS), CLASS,
+                                         pa.array(new[at], pa.int64()).cast(kind))
+            return table.replace(data=data)
+        out = self.store.derive_table(f"SELECT t.* REPLACE (CAST(m.new AS {_duckdb_int(kind)}) AS {c}) FROM t "
+                                      f"JOIN m ON t.{c} = m.old", ordered=False, t=table, m=mapping)
+        self.store.discard(table)
+        return out.replace(typing=table.typing, claims=table.claims, hierarchies=table.hierarchies)
 
     # -- partitioned tables ----------------------------------------------------------------
 

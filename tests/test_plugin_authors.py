@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pytest
 
 from anonflow import codehash, plugins
@@ -408,3 +409,76 @@ def test_first_party_chain_lattice_then_local_suppression_keeps_only_what_rechec
     assert any(n.startswith('claim l-diversity {"l":2} of the input (an earlier algorithm) dropped: its check cannot '
                             "take this step's output (l-diversity: ") for n in notes), notes
     assert json.loads(manifest.read_text())["release"]["claims"] == {"k-anonymity": {"k": 10}}
+
+
+# -- 2. record order and class ids of an algorithm that groups nothing ----------------------
+
+
+class ChainRound(Algorithm):
+    """A deterministic perturbation: one column rounded to hundreds; each record its own
+    class, numbered in source order (``arange(n)``)."""
+
+    name = "chain.round"
+    version = "1.0.0"
+    params = (Param("column", "str"),)
+
+    def run(self, table, params, ctx):
+        data = table.data
+        c = params["column"]
+        col = np.round(data.column(c).to_numpy().astype(float), -2)
+        data = data.set_column(data.column_names.index(c), c, pa.array(col))
+        return table.replace(data=data.append_column(CLASS, pa.array(np.arange(data.num_rows), pa.int64())))
+
+
+@pytest.fixture
+def round_plugin():
+    class Provider:
+        @hookimpl
+        def anonflow_register_algorithms(self, register):
+            register(ChainRound())
+            register(ChainNoise())
+
+    pm, dists = plugins.plugin_manager()
+    pm.register(Provider(), name="round-test")
+    plugins.set_registry(plugins.Registry(pm, dists))
+    yield
+    plugins.set_registry(None)
+
+
+def _published(cli, project: Path, source: str, steps: str, out: str) -> bytes:
+    wf = _chain_workflow(project, steps + f"\npublished: {{uses: publish, input: perturbed, with: {{publisher: csv, "
+                                          f"path: {out}}}}}\n")
+    wf.write_text(wf.read_text().replace("data/sdcmicro/CASCrefmicrodata.csv", source))
+    _run(cli, wf, project)
+    return (project / "out" / out).read_bytes()
+
+
+def test_a_non_grouping_algorithm_publishes_nothing_of_the_source_order(cli, project, round_plugin):
+    """The same records in another source order publish the same bytes: neither the file's
+    order nor ``_class`` follows the source (the classes are numbered by published values)."""
+    lines = (project / "data" / "sdcmicro" / "CASCrefmicrodata.csv").read_text().splitlines(keepends=True)
+    body = lines[1:]
+    np.random.default_rng(11).shuffle(body)
+    (project / "data" / "shuffled.csv").write_text(lines[0] + "".join(body))
+    steps = "perturbed: {uses: chain.round, input: typed, with: {column: AGI}}"
+    first = _published(cli, project, "data/sdcmicro/CASCrefmicrodata.csv", steps, "a.csv")
+    shuffled = _published(cli, project, "data/shuffled.csv", steps, "b.csv")
+    assert first == shuffled
+    table = pacsv.read_csv(project / "out" / "a.csv")
+    assert table.column(CLASS).to_pylist() == list(range(1080))
+    # the file lists the records by their published values, not in source order
+    keys = list(zip(*(table.column(c).to_pylist() for c in ("AFNLWGT", "AGI", "FEDTAX"))))
+    assert keys == sorted(keys)
+
+
+def test_noise_classes_follow_the_published_values(cli, project, round_plugin):
+    steps = "perturbed: {uses: chain.noise, input: typed, with: {column: AGI}}"
+    _published(cli, project, "data/sdcmicro/CASCrefmicrodata.csv", steps, "n.csv")
+    table = pacsv.read_csv(project / "out" / "n.csv")
+    source = pacsv.read_csv(project / "data" / "sdcmicro" / "CASCrefmicrodata.csv")
+    assert table.column(CLASS).to_pylist() == list(range(1080))
+    keys = list(zip(*(table.column(c).to_pylist() for c in ("AFNLWGT", "AGI", "FEDTAX"))))
+    assert keys == sorted(keys)
+    # AFNLWGT is published as it is: its file order is its sorted order, not the source's
+    assert table.column("AFNLWGT").to_pylist() == sorted(source.column("AFNLWGT").to_pylist())
+    assert table.column("AFNLWGT").to_pylist() != source.column("AFNLWGT").to_pylist()
