@@ -32,13 +32,17 @@ import ast
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 import os
+import re
 import sys
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Iterable
 
+#: the distribution name at the start of a requirement (PEP 508)
+_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 #: files that are produced from the sources, not part of them
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
@@ -199,36 +203,114 @@ def distribution_names(dist_name: str) -> frozenset[str]:
     return frozenset(names)
 
 
-@lru_cache(maxsize=1)
-def _packages_distributions() -> dict[str, list[str]]:
-    return metadata.packages_distributions()
+@lru_cache(maxsize=None)
+def distributions_of(module_name: str) -> tuple[str, ...]:
+    """The installed distribution that provides the top-level package of ``module_name``,
+    when it is named like it (``anonflow`` -> ``anonflow``; a plugin's entry point names its
+    own distribution anyway). Looked up by name: listing which distribution provides every
+    installed package (``importlib.metadata.packages_distributions``) reads every
+    installed ``RECORD`` and would cost every run a second or more."""
+    top = module_name.split(".", 1)[0]
+    for candidate in dict.fromkeys((top, top.replace("_", "-"))):
+        if top in distribution_names(candidate):
+            return (candidate,)
+    return ()
 
 
-def distributions_of(module_name: str) -> list[str]:
-    """The installed distributions that provide the top-level package of ``module_name``."""
-    return sorted(set(_packages_distributions().get(module_name.split(".", 1)[0], [])))
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _editable(dist: metadata.Distribution) -> bool:
+    try:
+        info = json.loads(dist.read_text("direct_url.json") or "{}")
+    except ValueError:
+        return False
+    return bool(isinstance(info, dict) and (info.get("dir_info") or {}).get("editable"))
+
+
+def _headers(dist: metadata.Distribution, field: str) -> list[str]:
+    """The values of one field of a distribution's ``METADATA`` header, read as text (the
+    email parser behind ``Distribution.requires`` takes tens of milliseconds a file)."""
+    out: list[str] = []
+    key = field.lower() + ":"
+    for line in (dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "").splitlines():
+        if not line:
+            break  # the header ends at the first empty line (continuation lines are indented)
+        if line.lower().startswith(key):
+            out.append(line[len(key):].strip())
+    return out
+
+
+@lru_cache(maxsize=None)
+def requirements(dist_name: str) -> tuple[str, ...]:
+    """The installed distributions ``dist_name`` requires, directly or through others (not
+    its optional extras), by canonical name; itself left out."""
+    seen: set[str] = set()
+    todo = [dist_name]
+    while todo:
+        try:
+            dist = metadata.distribution(todo.pop())
+        except (metadata.PackageNotFoundError, ValueError):
+            continue
+        for req in _headers(dist, "Requires-Dist"):
+            spec, _, marker = req.partition(";")
+            if "extra" in marker:
+                continue
+            found = _REQUIREMENT.match(spec)
+            name = _canonical(found.group(1)) if found else ""
+            if name and name not in seen:
+                seen.add(name)
+                todo.append(name)
+    seen.discard(_canonical(dist_name))
+    return tuple(sorted(seen))
+
+
+@lru_cache(maxsize=None)
+def installed_digest(dist_name: str) -> str:
+    """The code of a distribution a plugin requires, cheaply: an editable install's names are
+    digested as a plugin's are (its working copy may change at any time), an installed one
+    counts by its version (reading every file of numpy, pyarrow or DuckDB on every run would
+    cost seconds). ``""`` when it is not installed."""
+    try:
+        dist = metadata.distribution(dist_name)
+    except (metadata.PackageNotFoundError, ValueError):
+        return ""
+    if _editable(dist):
+        names = sorted(distribution_names(dist_name))
+        return hashlib.sha256("\n".join(f"{t}:{module_digest(t)}" for t in names).encode()).hexdigest()
+    return "version " + " ".join(_headers(dist, "Version"))
 
 
 def code_names(modules: Iterable[str], distributions: Iterable[str] = ()) -> list[str]:
     """The top-level names whose code :func:`code_digest` covers: those of ``modules``, and
     every name of ``distributions`` and of the distributions ``modules`` come from."""
     tops = {m.split(".", 1)[0] for m in modules if m}
-    dists = set(distributions)
-    for top in tops:
-        dists.update(distributions_of(top))
     names = set(tops)
-    for d in dists:
+    for d in _own_distributions(tops, distributions):
         names |= distribution_names(d)
     return sorted(names)
 
 
+def _own_distributions(tops: set[str], distributions: Iterable[str]) -> set[str]:
+    dists = {_canonical(d) for d in distributions}
+    for top in tops:
+        dists.update(_canonical(d) for d in distributions_of(top))
+    return dists
+
+
 def code_digest(*modules: str, distributions: Iterable[str] = ()) -> str:
     """One digest of the code of ``modules`` and of the distributions they come from (and of
-    ``distributions``): see :func:`code_names`; each top-level name is digested once."""
+    ``distributions``): see :func:`code_names`; each top-level name is digested once. The
+    distributions these require (not their extras, and not anonflow's own, which the engine
+    digest covers) count by :func:`installed_digest`."""
     tops = code_names(modules, distributions)
-    if len(tops) == 1:
+    own = _own_distributions({m.split(".", 1)[0] for m in modules if m}, distributions)
+    engine = {_canonical(d) for d in distributions_of(__name__)}
+    required = sorted({r for d in own for r in requirements(d)} - own - engine)
+    parts = [f"{t}:{module_digest(t)}" for t in tops] + [f"requires {r}:{installed_digest(r)}" for r in required]
+    if len(parts) == 1:
         return module_digest(tops[0])
-    parts = [f"{t}:{module_digest(t)}" for t in tops]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -242,7 +324,9 @@ def clear_caches() -> None:
     """Forget every digest and distribution listing (code was changed or installed)."""
     module_digest.cache_clear()
     distribution_names.cache_clear()
-    _packages_distributions.cache_clear()
+    distributions_of.cache_clear()
+    requirements.cache_clear()
+    installed_digest.cache_clear()
 
 
 def short(digest: str) -> str:

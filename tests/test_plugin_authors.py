@@ -482,3 +482,43 @@ def test_noise_classes_follow_the_published_values(cli, project, round_plugin):
     # AFNLWGT is published as it is: its file order is its sorted order, not the source's
     assert table.column("AFNLWGT").to_pylist() == sorted(source.column("AFNLWGT").to_pylist())
     assert table.column("AFNLWGT").to_pylist() != source.column("AFNLWGT").to_pylist()
+
+
+def test_an_editable_distribution_the_plugin_requires_counts_too(tmp_path):
+    """A plugin's own library, installed editable beside it (both worked on at once): a change
+    to the library changes the plugin's digest; anonflow itself is left to the engine digest."""
+    core = tmp_path / "core"
+    write(core / "pyproject.toml", """
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "stale-core"
+        version = "0.1.0"
+        [tool.setuptools]
+        py-modules = ["stalecore"]
+        """)
+    write(core / "stalecore.py", "SCALE = 1\n")
+    src = _distribution(tmp_path / "src")
+    text = (src / "pyproject.toml").read_text()
+    (src / "pyproject.toml").write_text(text.replace('version = "1.0.0"\n',
+                                                     'version = "1.0.0"\ndependencies = ["stale-core", "anonflow"]\n'))
+    site_dir = tmp_path / "site"
+    _pip_install(core, site_dir, editable=True)
+    _pip_install(src, site_dir, editable=False)
+    saved_path, saved_meta = list(sys.path), list(sys.meta_path)
+    import site
+
+    site.addsitedir(str(site_dir))
+    _forget_plugin()
+    try:
+        assert codehash.requirements("stale-blocks")[:2] == ("anonflow", "click")
+        before = codehash.code_digest("stalecache", distributions=["stale-blocks"])
+        engine = codehash.engine_digest()
+        (core / "stalecore.py").write_text("SCALE = 2\n")
+        codehash.clear_caches()
+        assert codehash.code_digest("stalecache", distributions=["stale-blocks"]) != before
+        assert codehash.engine_digest() == engine
+    finally:
+        sys.path[:], sys.meta_path[:] = saved_path, saved_meta
+        _forget_plugin()
