@@ -11,7 +11,10 @@ package of
   same distribution counts as much as the entry point's own package. An editable install
   (``pip install -e``) lists no sources in its ``RECORD``, only a ``.pth`` file or an
   import finder: the names come from the finder's mapping (setuptools), or from the
-  modules and packages in the folders the ``.pth`` file puts on ``sys.path``.
+  modules and packages in the folders the ``.pth`` file puts on ``sys.path``;
+* the distributions those require (``Requires-Dist``, transitively, not optional extras,
+  not anonflow's own): one installed editable by the digest of its names, as above, any
+  other by its version (:func:`installed_digest`).
 
 Each top-level name is digested where Python imports it from (the module already imported,
 else ``importlib.util.find_spec``), so a working copy on ``PYTHONPATH`` or an editable
