@@ -522,3 +522,37 @@ def test_an_editable_distribution_the_plugin_requires_counts_too(tmp_path):
     finally:
         sys.path[:], sys.meta_path[:] = saved_path, saved_meta
         _forget_plugin()
+
+
+class OddIds(Algorithm):
+    """Each record its own class, with ids a plugin might choose: text, or int32 counting down."""
+
+    name = "chain.odd-ids"
+    version = "1.0.0"
+    params = (Param("ids", "str", choices=("arange", "text", "int32-down")),)
+
+    def run(self, table, params, ctx):
+        n = table.num_rows
+        ids = {"arange": lambda: pa.array(np.arange(n), pa.int64()),
+               "text": lambda: pa.array([f"r{i}" for i in range(n)]),
+               "int32-down": lambda: pa.array(np.arange(n)[::-1].copy(), pa.int32())}[params["ids"]]()
+        return table.replace(data=table.data.append_column(CLASS, ids))
+
+
+def test_whatever_ids_a_plugin_returns_the_published_file_is_the_same(cli, project):
+    class Provider:
+        @hookimpl
+        def anonflow_register_algorithms(self, register):
+            register(OddIds())
+
+    pm, dists = plugins.plugin_manager()
+    pm.register(Provider(), name="odd-ids")
+    plugins.set_registry(plugins.Registry(pm, dists))
+    try:
+        files = {ids: _published(cli, project, "data/sdcmicro/CASCrefmicrodata.csv",
+                                 f"perturbed: {{uses: chain.odd-ids, input: typed, with: {{ids: {ids}}}}}", f"{ids}.csv")
+                 for ids in ("arange", "text", "int32-down")}
+    finally:
+        plugins.set_registry(None)
+    assert files["text"] == files["arange"] == files["int32-down"]
+    assert pacsv.read_csv(project / "out" / "text.csv").column(CLASS).to_pylist() == list(range(1080))
