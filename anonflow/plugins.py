@@ -50,11 +50,12 @@ class Registered:
 
     @property
     def code(self) -> str:
-        """The sha256 of the code this plugin runs: every file of the top-level package of the
-        module that registered it and of the one that defines its class (the same package
-        unless a plugin registers a class it imports from elsewhere), read where the modules
-        are imported from (see :mod:`anonflow.codehash`)."""
-        return code_digest(self.module, type(self.obj).__module__)
+        """The sha256 of the code this plugin runs: every top-level module and package of the
+        distribution its entry point belongs to, of the module that registered it and of the
+        one that defines its class, and of the distributions those come from, read where
+        Python imports them from (see :mod:`anonflow.codehash`)."""
+        dists = (self.distribution,) if self.distribution != "(not installed)" else ()
+        return code_digest(self.module, type(self.obj).__module__, distributions=dists)
 
     def describe(self) -> dict[str, str]:
         """What a step record keeps of a plugin it used: kind, name, version, distribution and

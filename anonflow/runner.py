@@ -98,6 +98,13 @@ def step_seed(seed: int, step: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}\0{step}".encode()).digest()[:8], "little")
 
 
+def _duckdb_int(kind: pa.DataType) -> str:
+    """The DuckDB name of an Arrow integer type (a ``_class`` column keeps its type)."""
+    names = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INTEGER", pa.uint8(): "UTINYINT",
+             pa.uint16(): "USMALLINT", pa.uint32(): "UINTEGER", pa.uint64(): "UBIGINT"}
+    return names.get(kind, "BIGINT")
+
+
 def versions(registry: Registry) -> dict[str, Any]:
     import duckdb
     import networkx
@@ -658,6 +665,8 @@ class Runner:
                 self._store_output(node, typed, rec, run_id)
             elif node.kind in ("filter", "sample", "partition"):
                 typed, summary = BUILTINS[node.kind].run(tables[0], node.params, ctx, where)
+                if typed.claims:  # an algorithm's output with records left out: its claims re-checked
+                    typed = self._check_claims(node, typed.replace(claims={}), ctx, where, dict(typed.claims))
                 self._store_output(node, typed, rec, run_id)
             elif node.kind == "hierarchy":
                 typed, summary = BUILTINS["hierarchy"].run(tables[0], node.params, self.registry, ctx, where)
@@ -737,6 +746,9 @@ class Runner:
         Suppressed records are those the algorithm returns with a null ``_class``: they are
         never silently dropped, but split off into a table of their own."""
         algo = node.plugin.obj
+        # a chain of algorithms: the claims of the input (an earlier algorithm's output) are
+        # candidates for this step's output, kept only where re-checked on it (_check_claims)
+        inherited = dict(table.claims) if algo.inputs == 1 else {}
         if algo.inputs == 1 and (CLASS in table.columns or table.claims):
             # another algorithm's output: its classes and its claims are not this step's. The
             # algorithm starts from the records (a two-input algorithm reads the partition itself)
@@ -777,9 +789,10 @@ class Runner:
         # then checked on the published records, so no table downstream relies on a false one
         # (a claim a two-input algorithm copied from its input stays only if it still holds)
         out = out.replace(claims={**out.claims, **algo.claims(node.params)})
+        inherited = {m: g for m, g in inherited.items() if m not in out.claims}
         nulls = out.column(CLASS).null_count
         if not nulls:
-            return self._check_claims(node, out, ctx, where), None
+            return self._check_claims(node, self._renumber_classes(out), ctx, where, inherited), None
         self._check_suppression(node, nulls, table.num_rows, where, partitioned=FRAGMENT in table.columns)
         if out.loaded:
             keep = pc.is_valid(out.data.column(CLASS))
@@ -793,7 +806,50 @@ class Runner:
             published = ctx.derive(f"SELECT * FROM output WHERE {c} IS NOT NULL", output=out).replace(
                 typing=out.typing, claims=out.claims, hierarchies=out.hierarchies)
             self.store.discard(out)
-        return self._check_claims(node, published, ctx, where), suppressed
+        return self._check_claims(node, self._renumber_classes(published), ctx, where, inherited), suppressed
+
+    def _renumber_classes(self, table: TypedTable) -> TypedTable:
+        """Class ids numbered by what the classes publish, never by what an algorithm chose.
+
+        An algorithm's ids can follow the source order (a perturbation that groups nothing
+        returns ``arange(n)``; a grouping one may number classes as it met their first
+        records), and the publisher orders records by class: the file would then list records
+        in source order. Each class's key is its records' published values (every column but
+        ``_row``, ``_class``, ``_fragment`` and nested ones, as one tuple): the smallest tuple,
+        the largest, the number of records, and, only for classes equal in all three, the
+        sorted list of all their tuples. Classes are numbered 0, 1, ... in key order; classes
+        that tie even there publish the same records, and take the order of the algorithm's
+        ids, which then shows nothing. The partition itself is unchanged, and a table already
+        numbered so is returned as it is."""
+        cols = [c for c in table.columns if c not in (ROW, CLASS, FRAGMENT)
+                and not pa.types.is_nested(table.schema.field(c).type)]
+        fields = ", ".join(f"f{i} := {ident(c)}" for i, c in enumerate(cols))
+        value = f"struct_pack({fields})" if cols else "NULL::INTEGER"
+        c = ident(CLASS)
+        mapping = self.store.sql(f"""
+            WITH r AS (SELECT {c} AS c, {value} AS s FROM t WHERE {c} IS NOT NULL),
+                 k AS (SELECT c, min(s) AS lo, max(s) AS hi, count(*) AS n FROM r GROUP BY c),
+                 kk AS (SELECT *, count(*) OVER (PARTITION BY lo, hi, n) AS ties FROM k),
+                 tied AS (SELECT r.c, list(r.s ORDER BY r.s) AS content FROM r
+                          SEMI JOIN (SELECT c FROM kk WHERE ties > 1) USING (c) GROUP BY r.c)
+            SELECT kk.c AS old, (row_number() OVER (ORDER BY kk.lo, kk.hi, kk.n, tied.content, kk.c) - 1)::BIGINT
+                   AS new
+            FROM kk LEFT JOIN tied USING (c)""", t=table)
+        kind = table.schema.field(CLASS).type
+        integer = pa.types.is_integer(kind)
+        new = mapping.column("new").to_numpy(zero_copy_only=False)
+        if integer and np.array_equal(mapping.column("old").to_numpy(zero_copy_only=False), new):
+            return table
+        kind = kind if integer else pa.int64()
+        if table.loaded:
+            at = pc.index_in(table.data.column(CLASS), value_set=mapping.column("old")).to_numpy(zero_copy_only=False)
+            data = table.data.set_column(table.data.column_names.index(CLASS), CLASS,
+                                         pa.array(new[at], pa.int64()).cast(kind))
+            return table.replace(data=data)
+        out = self.store.derive_table(f"SELECT t.* REPLACE (CAST(m.new AS {_duckdb_int(kind)}) AS {c}) FROM t "
+                                      f"JOIN m ON t.{c} = m.old", ordered=False, t=table, m=mapping)
+        self.store.discard(table)
+        return out.replace(typing=table.typing, claims=table.claims, hierarchies=table.hierarchies)
 
     # -- partitioned tables ----------------------------------------------------------------
 
@@ -1030,30 +1086,53 @@ class Runner:
         algo.check(node.params, table=whole)
         return algo.run(whole, node.params, ctx)
 
-    def _check_claims(self, node: Node, published: TypedTable, ctx: StepContext, where: str) -> TypedTable:
+    def _check_claims(self, node: Node, published: TypedTable, ctx: StepContext, where: str,
+                      inherited: dict[str, dict[str, Any]] | None = None) -> TypedTable:
         """Check each claimed model with the privacy metric of the same name on the published
         records; a claim that fails stops the run, one no installed metric can judge is dropped
-        (with a note): a table never claims what was not checked."""
+        (with a note): a table never claims what was not checked.
+
+        ``inherited``: the claims of the step's input (an earlier algorithm of a chain) that
+        this step does not make itself. Each is checked the same way on this step's output and
+        kept when it holds; one that does not hold, or that no metric can judge, is dropped
+        with a note, never an error (this step did not claim it). A later step's own claim of
+        the same model replaces the input's."""
+        inherited = inherited or {}
+        own = dict(published.claims)
         kept: dict[str, dict[str, Any]] = {}
-        for model, given in published.claims.items():
+        for model, given in [*own.items(), *inherited.items()]:
+            carried = model not in own
+            source = "of the input (an earlier algorithm) " if carried else ""
             reg = self.registry.get("metric", model) if self.registry.has("metric", model) else None
             if reg is None or reg.obj.category != "privacy":
-                ctx.note(f"claim {model!r} dropped: no installed privacy metric of that name can check it")
+                ctx.note(f"claim {model!r} {source}dropped: no installed privacy metric of that name can check it")
                 continue
+            checked = published.replace(claims={**own, model: given})
             try:
                 mparams = validate_params(reg.obj.params, given)
-                result = reg.obj.compute(None, published, mparams, dataclasses.replace(ctx, notes=[]))
+                result = reg.obj.compute(None, checked, mparams, dataclasses.replace(ctx, notes=[]))
             except (InputError, ParamError) as exc:
+                if carried:
+                    ctx.note(f"claim {model} {canonical_json(given)} {source}dropped: its check cannot take this "
+                             f"step's output ({exc})")
+                    continue
                 raise PluginError(f"algorithm {node.uses!r} claims {model} {canonical_json(given)}, which the "
                                   f"{model} check cannot take: {exc}", where=where) from None
             holds = result.get(f"{model}.holds")
             if holds is None:
-                ctx.note(f"claim {model!r} dropped: its check gives no verdict for {canonical_json(given)}")
+                ctx.note(f"claim {model!r} {source}dropped: its check gives no verdict for {canonical_json(given)}")
+                continue
+            detail = ", ".join(f"{k} = {float(v):g}" for k, v in result.items() if k != f"{model}.holds")
+            if not holds and carried:
+                ctx.note(f"claim {model} {canonical_json(given)} of the input (an earlier algorithm) dropped: "
+                         f"this step's output does not satisfy it ({detail})")
                 continue
             if not holds:
-                detail = ", ".join(f"{k} = {float(v):g}" for k, v in result.items() if k != f"{model}.holds")
                 raise RunError(f"algorithm {node.uses!r} claims {model} {canonical_json(given)} but its output "
                                f"does not satisfy it ({detail})", where=where)
+            if carried:
+                ctx.note(f"claim {model} {canonical_json(given)} of the input (an earlier algorithm) kept: "
+                         "re-checked on this step's output")
             kept[model] = given
         return published.replace(claims=kept)
 

@@ -334,6 +334,9 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
             raise RunError("apply: the new batch alone does not satisfy the release's guarantee: "
                            + "; ".join(failed) + why + hint + "; nothing was written")
 
+        # listed by class, then by value, as a run's publisher lists records: never in the batch's own order
+        data = data.sort_by([(k, "ascending") for k in [CLASS, *names]
+                             if not pa.types.is_nested(data.schema.field(k).type)])
         stem = Path(str(entry["path"])).stem
         meta = {TYPING_KEY: canonical_json(rel["typing"], strict=True),
                 RELEASE_KEY: canonical_json({"role": "table", "layout": "table", "class_column": CLASS,

@@ -125,14 +125,38 @@ def released_step(info: RunInfo) -> dict[str, Any] | None:
     return None
 
 
+def _chain_origins(info: RunInfo, released: dict[str, Any] | None) -> tuple[dict[str, Any] | None,
+                                                                            dict[str, Any] | None]:
+    """Walking up first inputs from ``released``: the typing step's output, and the input of
+    the first algorithm of the chain (the earliest met)."""
+    rec, typed, first_input = released, None, None
+    seen: set[str] = set()
+    while rec is not None and rec["kind"] != "source" and rec["step"] not in seen:
+        seen.add(rec["step"])
+        parent = info.step((rec["inputs"] or [{}])[0].get("name", "")) if rec.get("inputs") else None
+        if rec["kind"] == "typing":
+            typed = rec
+            break
+        if rec["kind"] == "algorithm" and parent is not None:
+            first_input = parent
+        rec = parent
+    return typed, first_input
+
+
 def original_step(info: RunInfo, released: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The input of the algorithm that produced ``released`` (walking up its first inputs)."""
-    rec = released
-    while rec is not None and rec["kind"] != "source":
-        if rec["kind"] == "algorithm":
-            return info.step((rec["inputs"] or [{}])[0].get("name", ""))
-        rec = info.step((rec["inputs"] or [{}])[0].get("name", "")) if rec.get("inputs") else None
-    return None
+    """The original table ``released`` was made from, which the per-attribute loss compares
+    it with: the typing step's output (what any chain of algorithms started from), else the
+    input of the first algorithm of the chain."""
+    typed, first_input = _chain_origins(info, released)
+    if first_input is None:
+        return None  # no algorithm made the released table
+    return typed or first_input
+
+
+def chain_input(info: RunInfo, released: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The input of the first algorithm of the chain that made ``released`` (the records as
+    they were before any anonymization, after filters and samples)."""
+    return _chain_origins(info, released)[1]
 
 
 def layout_of(info: RunInfo) -> str:
@@ -537,15 +561,15 @@ def risk_histogram(table: TypedTable, quasi: list[str], sql: Any) -> dict[str, A
 
 def risk_original(info: RunInfo, released: dict[str, Any] | None) -> dict[str, Any] | None:
     """The table the risk "before" is read from: the first input of the first evaluate step
-    that measured risk on two inputs, else the input of the algorithm that produced the
-    released table (:func:`original_step`)."""
+    that measured risk on two inputs, else the input of the first algorithm of the chain that
+    produced the released table (:func:`chain_input`)."""
     for s in info.steps:
         if s["kind"] == "evaluate" and s["status"] != "failed" and len(s.get("inputs") or []) >= 2 \
                 and (s.get("params") or {}).get("risk_before"):
             rec = info.step(s["inputs"][0].get("name", ""))
             if rec is not None and rec.get("output_table"):
                 return rec
-    return original_step(info, released)
+    return chain_input(info, released)
 
 
 def risk_plot(labels: list[str], series: list[tuple[str, list[int], str]]) -> str:
