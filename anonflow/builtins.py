@@ -37,6 +37,7 @@ from .params import Param, ParamError, suggest, validate_params
 from .schema import CLASS, FRAGMENT, ROW, TYPES, Attribute, Typing
 from .store import ident
 from .table import TypedTable
+from .workflow_schema import COLUMN_LIST, METRICS, ROLE_COLUMNS, THRESHOLDS
 
 MISSING_CATEGORY = "?"
 
@@ -154,11 +155,12 @@ class TypingStep(Builtin):
     uses = kind = "typing"
     description = "Give each column a role and each quasi-identifier a type (SPEC section 1)."
     params = (
-        Param("quasi", "any", default=[], help="quasi-identifiers: list, or mapping column -> type"),
-        Param("sensitive", "any", default=[], help="sensitive attributes: list, or mapping column -> type"),
-        Param("label", "any", default=[], help="class label(s) used only by utility metrics"),
-        Param("insensitive", "any", default=[], help="columns published unchanged"),
-        Param("identifier", "any", default=[], help="direct identifiers: dropped"),
+        Param("quasi", "any", default=[], shape=ROLE_COLUMNS,
+              help="quasi-identifiers: a list, or a mapping column -> type (at least one is required)"),
+        Param("sensitive", "any", default=[], shape=ROLE_COLUMNS, help="sensitive attributes"),
+        Param("label", "any", default=[], shape=ROLE_COLUMNS, help="class labels, used only by utility metrics"),
+        Param("insensitive", "any", default=[], shape=ROLE_COLUMNS, help="published unchanged"),
+        Param("identifier", "any", default=[], shape=ROLE_COLUMNS, help="direct identifiers: dropped"),
         Param("weight", "str", default=None, nullable=True,
               help="column holding each record's sampling weight (the population units it stands for; "
                    "numeric, finite and > 0): published unchanged, used by individual-risk"),
@@ -725,9 +727,9 @@ class PartitionStep(Builtin):
     params = (
         Param("max_records", "int", default=DEFAULT_MAX_RECORDS, min=2, nullable=True,
               help="cut until each fragment holds at most this many records (null: strata only)"),
-        Param("by", "list", default=[], help="strata: columns whose every combination of values is a fragment "
+        Param("by", "list", default=[], shape=COLUMN_LIST, help="strata: columns whose every combination of values is a fragment "
                                              "of its own before cutting"),
-        Param("columns", "list", default=None, nullable=True,
+        Param("columns", "list", default=None, nullable=True, shape=COLUMN_LIST,
               help="columns to cut on (default: the quasi-identifiers)"),
     )
 
@@ -901,8 +903,10 @@ class EvaluateStep(Builtin):
     max_inputs = 2
     description = "Compute metrics and privacy checks on [original, anonymized]; optional thresholds fail the run."
     params = (
-        Param("metrics", "any", help="metric names, or {name: {param: value}}"),
-        Param("thresholds", "dict", default={}, help="value name -> {min: x, max: y}; a miss fails the run"),
+        Param("metrics", "any", shape=METRICS, help="metric names, or `{name: {param: value}}`"),
+        Param("thresholds", "dict", default={}, shape=THRESHOLDS,
+              help="value name -> `{min: x}` and/or `{max: y}`; a miss fails the run (exit 1) after the values are "
+                   "stored"),
         Param("enforce", "bool", default=True, help="fail the run when a privacy check does not hold"),
         Param("risk_before", "bool", default=False,
               help="also measure every risk metric on the original (the first input): values <metric>.before[.x]"),

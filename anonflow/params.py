@@ -44,6 +44,9 @@ class Param:
     :param items: for ``list`` parameters, the kind of each item.
     :param nullable: whether ``null`` is an accepted value.
     :param help: one line shown by ``anonflow plugins`` and in the docs.
+    :param shape: for ``any`` (or ``list``/``dict``) parameters of the built-in steps: a type
+        annotation (pydantic) of the value's structure, which the workflow file's schema
+        checks and documents (:mod:`anonflow.workflow_schema`).
     """
 
     name: str
@@ -56,6 +59,7 @@ class Param:
     items: str | None = None
     nullable: bool = False
     help: str = ""
+    shape: Any = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -136,12 +140,19 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
+#: the integers a parameter may hold: 64 bits, as DuckDB and numpy hold them
+INT_RANGE = (-(2**63), 2**63 - 1)
+
+
 def _coerce_kind(kind: str, value: Any, expected) -> Any:
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ParamError(f"expected {expected()}, got {value!r}")
+                value = int(value)
+            else:
+                raise ParamError(f"expected {expected()}, got {value!r}")
+        if not INT_RANGE[0] <= value <= INT_RANGE[1]:
+            raise ParamError(f"expected {expected()} of at most 64 bits, got {value!r}")
         return value
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
