@@ -328,6 +328,7 @@ class TypingStep(Builtin):
                 _check_mostly_numeric(vals, c, ctx, where)
             if typ == "continuous":
                 cast = _number_cast(vals, c, ctx, where)
+                _check_finite(vals, c, ctx, where, "declared" if declared else "inferred")
                 if cast:
                     exprs[c] = f"CAST({exprs[c]} AS {cast})"
                     changes = True
@@ -572,6 +573,28 @@ def _number_cast(vals: "_Values", c: str, ctx: StepContext, where: str) -> str |
                          "which is not a number; fix the value, declare the column nominal, or list the value "
                          "under missing_values", where=where)
     return "DOUBLE"
+
+
+def _check_finite(vals: "_Values", c: str, ctx: StepContext, where: str, how: str) -> None:
+    """A continuous column holds finite numbers only: an infinite value (``inf``, ``Infinity``,
+    read as a number or as text) or a NaN that is not a missing value would make every mean,
+    distance and range of the column meaningless. Checked by DuckDB over the distinct values."""
+    t = vals.type
+    if not (pa.types.is_floating(t) or _is_text(t)):
+        return  # integers, decimals and booleans are always finite
+    probe = pa.table({"v": vals.v, "n": vals.n, "first": vals.first})
+    bad = "NOT isfinite(w)"
+    row = ctx.sql(f"SELECT coalesce(sum(n) FILTER (WHERE {bad}), 0) AS bad, min(first) FILTER (WHERE {bad}) AS first, "
+                  f"arg_min(v, first) FILTER (WHERE {bad}) AS value "
+                  "FROM (SELECT TRY_CAST(v AS DOUBLE) AS w, v, n, first FROM probe WHERE v IS NOT NULL) "
+                  "WHERE w IS NOT NULL", probe=probe).to_pylist()[0]
+    if row["bad"]:
+        value = row["value"]
+        shown = repr(value) if isinstance(value, str) else str(value)
+        raise InputError(f"column {c!r} is {how} continuous but {int(row['bad'])} record(s) hold a number that is not "
+                         f"finite, the first in record {int(row['first']) + 1} ({shown}); fix the value, or list it "
+                         "under missing_values" + ("" if _is_text(t) else f" (reading the column as text: types: "
+                                                   f"{{{c}: VARCHAR}} in the source)"), where=where)
 
 
 def _weight_cast(vals: "_Values", c: str, ctx: StepContext, where: str) -> str | None:

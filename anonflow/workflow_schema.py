@@ -201,6 +201,8 @@ class Block(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
     #: how the block is described in "expected ..." messages
     WHAT: ClassVar[str] = "a mapping"
+    #: what the block is, in an unknown key's message ("a postgres source takes ...")
+    KIND: ClassVar[str] = ""
 
     @model_validator(mode="before")
     @classmethod
@@ -214,7 +216,8 @@ class Block(BaseModel):
                 raise _say(f"{{key}} has the key {shown(key)}; keys are text")
             if key not in fields and not extra:
                 raise PydanticCustomError("said", "{message}", {
-                    "message": f"unknown key {key!r}{suggest(key, fields)}; expected one of {', '.join(fields)}",
+                    "message": f"unknown key {key!r}{suggest(key, fields)}; "
+                               + (f"{cls.KIND} takes " if cls.KIND else "expected one of ") + ", ".join(fields),
                     "line_at": (key,)})
         for key, f in fields.items():
             if f.is_required() and key not in data:
@@ -274,6 +277,7 @@ class FileSource(Block):
     """A CSV or Parquet file (or a DuckDB file, with ``table``)."""
 
     WHAT: ClassVar[str] = "{path: FILE} or {table: NAME, db: FILE}"
+    KIND: ClassVar[str] = "a file source"
     path: Text = Field(description="a CSV (`.csv`, `.tsv`, `.txt`) or Parquet (`.parquet`) file, relative to "
                                    "the workflow file")
     format: _null_or(_schema(_choice(FORMATS[:3], "format must be one of {choices}, got {got}{hint}"),
@@ -289,6 +293,7 @@ class FileSource(Block):
 
 class DuckdbSource(Block):
     WHAT: ClassVar[str] = "{table: NAME, db: FILE}"
+    KIND: ClassVar[str] = "a DuckDB source"
     table: Text = Field(description="a table in a DuckDB database file")
     db: _null_or(Text) = Field(None, description="the DuckDB database file")
     path: _null_or(Text) = Field(None, description="the DuckDB database file (as `db`)")
@@ -299,6 +304,7 @@ class DuckdbSource(Block):
 
 class PostgresSource(Block):
     WHAT: ClassVar[str] = "{postgres: URL, table: NAME} or {postgres: URL, query: SELECT ...}"
+    KIND: ClassVar[str] = "a postgres source"
     postgres: Text = Field(description="a PostgreSQL database, as a libpq URL without a password")
     table: _null_or(Text) = Field(None, description="`NAME` or `SCHEMA.NAME`")
     query: _null_or(Text) = Field(None, description="one SELECT whose records are the source")
@@ -318,23 +324,21 @@ class MemorySource(Block):
 
 def _source_kind(value: Any) -> str:
     if isinstance(value, str):
-        return "path"
+        return "kind=path"
     if not isinstance(value, dict):
-        return "file"
+        return "kind=file"
     if "postgres" in value or value.get("format") == "postgres":
-        return "postgres"
+        return "kind=postgres"
     if value.get("format") == IN_MEMORY or "sha256" in value:
-        return "memory"
+        return "kind=memory"
     if "table" in value or "db" in value or value.get("format") == "duckdb":
-        return "duckdb"
-    return "file"
+        return "kind=duckdb"
+    return "kind=file"
 
 
-Source = Annotated[Union[Annotated[Text, Tag("path")], Annotated[FileSource, Tag("file")],
-                         Annotated[DuckdbSource, Tag("duckdb")], Annotated[PostgresSource, Tag("postgres")],
-                         Annotated[MemorySource, Tag("memory")]], Discriminator(_source_kind)]
-#: the loc elements pydantic adds for the tags of discriminated unions (not keys of the data)
-_TAGS = {"path", "file", "duckdb", "postgres", "memory"}
+Source = Annotated[Union[Annotated[Text, Tag("kind=path")], Annotated[FileSource, Tag("kind=file")],
+                         Annotated[DuckdbSource, Tag("kind=duckdb")], Annotated[PostgresSource, Tag("kind=postgres")],
+                         Annotated[MemorySource, Tag("kind=memory")]], Discriminator(_source_kind)]
 
 
 # -- the shapes of the built-in steps' structured parameters ------------------------------
