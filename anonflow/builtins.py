@@ -87,16 +87,17 @@ def _role_entries(value: Any, role: str, where: str) -> dict[str, dict[str, Any]
     if isinstance(value, str):
         value = [value]
     if isinstance(value, (list, tuple)):
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for item in value:
-            if isinstance(item, Mapping):
-                for k, v in item.items():
-                    out[str(k)] = _type_spec(v, role, str(k), where)
-            else:
-                out[str(item)] = {}
+            for k, v in (item.items() if isinstance(item, Mapping) else [(item, None)]):
+                if str(k) in out:  # [age, age]: a typo for another column, or a type given twice
+                    raise WorkflowError(f"column {str(k)!r} is listed twice under {role!r}; name each column once",
+                                        where=where)
+                out[str(k)] = _type_spec(v, role, str(k), where)
         return out
     if isinstance(value, Mapping):
-        return {str(k): _type_spec(v, role, str(k), where) for k, v in value.items()}
+        value = [dict([kv]) for kv in value.items()]  # {2019: x, '2019': y} names one column twice
+        return _role_entries(value, role, where)
     raise WorkflowError(f"parameter {role!r}: expected a list of columns or a mapping column -> type, got {value!r}",
                         where=where)
 

@@ -686,12 +686,18 @@ def apply_cmd(release: Path, new_data: Path, out: Path | None, hierarchies: Path
 def keygen(path: Path) -> None:
     """Write a new Ed25519 key pair for signed releases: PATH (the private key, PEM, mode 0600)
     and PATH.pub (the public key, for 'anonflow verify --key'). Never overwrites a file."""
+    from .errors import InputError
+
+    if not path.name or str(path).endswith(os.sep) or path.is_dir():
+        raise InputError(f"keygen: {str(path) or repr('')} names no file; give the private key's file name, "
+                         "e.g. anonflow keygen release.key")
     publisher = _release_publisher()
     if not hasattr(publisher, "keygen"):
-        from .errors import InputError
-
         raise InputError("the installed release publisher cannot sign releases")
-    pub, fingerprint = publisher.keygen(path)
+    try:
+        pub, fingerprint = publisher.keygen(path)
+    except OSError as exc:  # a folder not writable, a name too long, a read-only file system
+        raise InputError(f"keygen: cannot write {exc.filename or path}: {exc.strerror or exc}") from None
     click.echo(f"private key {path} (keep it secret; give it to the release publisher's 'sign')")
     click.echo(f"public key  {pub} (sha256 {fingerprint}; give it to 'anonflow verify --key')")
 
