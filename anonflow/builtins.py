@@ -163,17 +163,18 @@ class TypingStep(Builtin):
         Param("insensitive", "any", default=[], shape=ROLE_COLUMNS, help="published unchanged"),
         Param("identifier", "any", default=[], shape=ROLE_COLUMNS, help="direct identifiers: dropped"),
         Param("weight", "str", default=None, nullable=True,
-              help="column holding each record's sampling weight (the population units it stands for; "
-                   "numeric, finite and > 0): published unchanged, used by individual-risk"),
+              help="the column of sampling weights (one column; below): published unchanged, used by "
+                   "`individual-risk`"),
         Param("others", "str", default="drop", choices=("drop", "insensitive"),
-              help="columns not named above: dropped (default), or published as they are (an undeclared "
-                   "column that looks like an identifier is then an error)"),
+              help="every column not named above: `drop` (never published; the run notes which) or `insensitive` "
+                   "(published as it is)"),
         Param("missing", "str", default="error", choices=("error", "drop", "category"),
-              help="missing values: fail, drop the record (counted), or make them a category"),
+              help="missing values: `error`, `drop` (records dropped and counted in the run summary) or `category` "
+                   "(text columns only: missing becomes the category `?`)"),
         Param("missing_values", "list", items="str", default=[],
-              help="extra strings that mean 'missing' (e.g. '?'); empty and whitespace-only cells always are"),
+              help="extra strings meaning \"missing\" (empty and whitespace-only cells always are)"),
         Param("not_missing", "list", items="str", default=[],
-              help="common spellings of 'missing' (NA, null, ?, -, ...) that are real values in this data"),
+              help="common spellings of \"missing\" (below) that are real values in this data"),
     )
 
     def check_params(self, given, registry, where, base_dir=None):
@@ -675,7 +676,8 @@ class FilterStep(Builtin):
     uses = kind = "filter"
     description = "Keep the records matching an SQL condition (DuckDB dialect); the rest are counted."
     params = (
-        Param("where", "str", help="SQL boolean expression over the columns, e.g. \"_row < 30162\""),
+        Param("where", "str", help="(`filter`) SQL boolean expression over the columns; `_row` is the source "
+                                   "position"),
     )
 
     def validate(self, params, inputs, registry, where):
@@ -708,8 +710,10 @@ class SampleStep(Builtin):
     uses = kind = "sample"
     description = "A seeded random sample of records (without replacement), in their original order."
     params = (
-        Param("n", "int", default=None, nullable=True, min=1, help="number of records"),
-        Param("fraction", "float", default=None, nullable=True, min=0.0, max=1.0, help="or a fraction of them"),
+        Param("n", "int", default=None, nullable=True, min=1,
+              help="(`sample`) number of records to draw without replacement"),
+        Param("fraction", "float", default=None, nullable=True, min=0.0, max=1.0,
+              help="(`sample`) or the fraction of records; give exactly one of `n` and `fraction`"),
     )
 
     def validate(self, params, inputs, registry, where):
@@ -750,11 +754,11 @@ class PartitionStep(Builtin):
                    "algorithm step fed by it runs once per fragment, in parallel on an executor.")
     params = (
         Param("max_records", "int", default=DEFAULT_MAX_RECORDS, min=2, nullable=True,
-              help="cut until each fragment holds at most this many records (null: strata only)"),
-        Param("by", "list", default=[], shape=COLUMN_LIST, help="strata: columns whose every combination of values is a fragment "
-                                             "of its own before cutting"),
+              help="cut until every fragment holds at most this many records; null: strata only"),
+        Param("by", "list", default=[], shape=COLUMN_LIST,
+              help="strata: columns each combination of whose values is cut on its own"),
         Param("columns", "list", default=None, nullable=True, shape=COLUMN_LIST,
-              help="columns to cut on (default: the quasi-identifiers)"),
+              help="the columns to cut on (null: the quasi-identifiers, less the strata)"),
     )
 
     def check_params(self, given, registry, where, base_dir=None):
@@ -933,7 +937,9 @@ class EvaluateStep(Builtin):
                    "stored"),
         Param("enforce", "bool", default=True, help="fail the run when a privacy check does not hold"),
         Param("risk_before", "bool", default=False,
-              help="also measure every risk metric on the original (the first input): values <metric>.before[.x]"),
+              help="with `[original, anonymized]`: also measure every risk metric (category `risk`) on the "
+                   "original, as if it were published unchanged; its values are `<metric>.before` and "
+                   "`<metric>.before.<detail>`, and thresholds may name them"),
     )
 
     def validate(self, params, inputs, registry, where):
@@ -1062,8 +1068,11 @@ class PublishStep(Builtin):
     produces = "files"
     description = "Write a table with a publisher plugin (records ordered by class, row ids dropped)."
     params = (
-        Param("publisher", "str", help="name of a publisher plugin (csv, parquet, ...)"),
-        Param("row_id", "bool", default=False, help="keep the _row column (the record's source position)"),
+        Param("publisher", "str", help="a publisher plugin: `csv`, `parquet`, `lossy-join`, `postgres` (tables in a "
+                                       "PostgreSQL database, [below](#the-postgres-publisher)), `release` (an "
+                                       "audited release directory, [releases.md](releases.md)), or a third party's"),
+        Param("row_id", "bool", default=False, help="keep `_row` (the source position) in the output; off because it "
+                                                     "can link records back; a release refuses it"),
     )
 
     def split(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -806,6 +806,17 @@ def hierarchy_show(target: str, column: str | None, db: str, run_id: str | None,
         click.echo(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
 
 
+@main.command()
+@_guard
+def schema() -> None:
+    """Print the JSON Schema of workflow files (the file anonflow ships as
+    anonflow/schemas/workflow.schema.json), for editors: with yaml-language-server, a first
+    line '# yaml-language-server: $schema=PATH' in a workflow file makes it checked as you type."""
+    from .workflow_schema import json_schema_text
+
+    click.echo(json_schema_text(), nl=False)
+
+
 from .scaffold import new_plugin  # noqa: E402  (anonflow new-plugin NAME)
 
 main.add_command(new_plugin)

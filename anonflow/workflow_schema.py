@@ -162,7 +162,17 @@ def _schema(validator: Callable[[Any], Any], schema: dict[str, Any]) -> Any:
     return Annotated[Any, PlainValidator(validator), WithJsonSchema(schema)]
 
 
+def _number(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail("a number", value)
+    why = _what(value)
+    if why is not None:
+        raise _say(f"{{key}} holds {why}: {shown(value)}")
+    return value
+
+
 Text = _schema(_text, {"type": "string"})
+Number = _schema(_number, {"type": "number"})
 Name = _schema(_name, {"type": "string", "pattern": NAME_PATTERN})
 Refs = _schema(_refs, {"anyOf": [{"type": "string", "minLength": 1},
                                  {"type": "array", "items": {"type": "string", "minLength": 1}}]})
@@ -298,7 +308,7 @@ class DuckdbSource(Block):
     db: _null_or(Text) = Field(None, description="the DuckDB database file")
     path: _null_or(Text) = Field(None, description="the DuckDB database file (as `db`)")
     format: _null_or(_schema(_choice(("duckdb",), "format must be duckdb for a table in a DuckDB file, got {got}"),
-                             {"const": "duckdb"})) = None
+                             {"const": "duckdb"})) = Field(None, description="`duckdb`")
     description: _null_or(Text) = Field(None, description="free text, recorded with the workflow")
 
 
@@ -306,17 +316,18 @@ class PostgresSource(Block):
     WHAT: ClassVar[str] = "{postgres: URL, table: NAME} or {postgres: URL, query: SELECT ...}"
     KIND: ClassVar[str] = "a postgres source"
     postgres: Text = Field(description="a PostgreSQL database, as a libpq URL without a password")
-    table: _null_or(Text) = Field(None, description="`NAME` or `SCHEMA.NAME`")
-    query: _null_or(Text) = Field(None, description="one SELECT whose records are the source")
+    table: _null_or(Text) = Field(None, description="with `postgres`: a table, `NAME` or `SCHEMA.NAME`")
+    query: _null_or(Text) = Field(None, description="with `postgres`: one SELECT whose records are the source")
     format: _null_or(_schema(_choice(("postgres",), "format must be postgres for a PostgreSQL source, got {got}"),
-                             {"const": "postgres"})) = None
+                             {"const": "postgres"})) = Field(None, description="`postgres`")
     description: _null_or(Text) = Field(None, description="free text, recorded with the workflow")
 
 
 class MemorySource(Block):
     """An in-memory table given in Python (``anonflow.Workflow``): never in a workflow file."""
 
-    format: _schema(_choice((IN_MEMORY,)), {"const": IN_MEMORY})
+    format: _schema(_choice((IN_MEMORY,)), {"const": IN_MEMORY}) = Field(
+        description=f"`{IN_MEMORY}`: an in-memory table, given in Python (never in a workflow file)")
     sha256: _schema(_text, {"type": "string", "pattern": "^[0-9a-f]{64}$"}) = Field(
         description="with `format: arrow` only: the content hash of an in-memory table")
     description: _null_or(Text) = None
@@ -363,10 +374,10 @@ class TypeSpec(Block):
         = Field(None, description="continuous, ordinal, nominal or semantic (none: inferred)")
     order: Optional[Annotated[list[Value], Field(min_length=2)]] = Field(
         None, description="ordinal: the categories, lowest first")
-    weights: Optional[list[Union[int, float]]] = Field(
+    weights: Optional[list[Number]] = Field(
         None, description="ordinal: the step weights between consecutive categories")
-    beta: Optional[Union[int, float]] = Field(None, description="semantic: the code tree's level weight exponent")
-    w12: Optional[Union[int, float]] = Field(None, description="semantic: the weight W(1,2)")
+    beta: Optional[Number] = Field(None, description="semantic: the code tree's level weight exponent")
+    w12: Optional[Number] = Field(None, description="semantic: the weight W(1,2)")
     grading: Optional[Union[Text, dict[Annotated[str, PlainValidator(_text), WithJsonSchema({"type": "string"})],
                                        Value]]] = Field(
         None, description="a sensitive attribute's sensitivity grading: a YAML file, or the grading inline")
@@ -473,8 +484,8 @@ METRICS = Annotated[Any, PlainValidator(metric_list), WithJsonSchema({"anyOf": [
 
 class Bound(Block):
     WHAT: ClassVar[str] = "{min: number} and/or {max: number}"
-    min: Optional[Union[int, float]] = Field(None, description="the least value that passes")
-    max: Optional[Union[int, float]] = Field(None, description="the greatest value that passes")
+    min: Optional[Number] = Field(None, description="the least value that passes")
+    max: Optional[Number] = Field(None, description="the greatest value that passes")
 
 
 THRESHOLDS = dict[Annotated[str, PlainValidator(_text), WithJsonSchema({"type": "string"})], Bound]
@@ -554,9 +565,11 @@ def _with_model(uses: str, params: tuple[Param, ...], open_: bool = False) -> ty
 
 class StepBase(Block):
     WHAT: ClassVar[str] = "a mapping with 'uses', 'input' and 'with'"
+    uses: Any = Field(description="the built-in step or plugin to run")  # each kind of step narrows it
     input: _null_or(Refs) = Field(None, description="the sources or steps whose tables the step reads: a name, "
                                                     "or a list of names")
     after: _null_or(Refs) = Field(None, description="steps that must run first (ordering without data flow)")
+    with_: Any = Field(None, alias="with")
     description: _null_or(Text) = Field(None, description="free text")
 
 
@@ -597,8 +610,9 @@ def step_models() -> dict[str, type[Block]]:
         "Step_plugin", __base__=StepBase,
         uses=(_schema(_text, {"type": "string", "not": {"enum": list(BUILTINS)}}),
               Field(description="the built-in step or plugin to run")),
-        with_=(Optional[PLUGIN_WITH], Field(None, alias="with", description="parameters, validated against the "
-                                                                             "plugin's declaration")),
+        with_=(Optional[PLUGIN_WITH], Field(None, alias="with", description="parameters: a built-in step's (below), "
+                                                                             "or a plugin's, checked against its "
+                                                                             "declaration")),
     )
     return out
 
@@ -878,32 +892,81 @@ def _default(p: Param) -> str:
         return "none"
     import json
 
-    return f"`{json.dumps(p.default)}`" if not isinstance(p.default, str) else f"`{p.default}`"
+    return f"`{p.default}`" if isinstance(p.default, str) else f"`{json.dumps(p.default)}`"
+
+
+#: the kinds of source, as the reference table names them
+SOURCE_KINDS = {"file": FileSource, "DuckDB": DuckdbSource, "PostgreSQL": PostgresSource, "in-memory": MemorySource}
+#: built-in steps documented in one section share one table, each row saying which step it is for
+SHARED_SECTIONS = {"filter": "filter,sample", "sample": "filter,sample"}
+
+
+def _key_rows(model: type[BaseModel]) -> list[str]:
+    return [f"| `{f.alias or n}` | {_cell(f.description or '')} |" for n, f in model.model_fields.items()]
 
 
 def reference_tables() -> dict[str, str]:
-    """The Markdown tables docs/workflows.md shows between ``<!-- schema:NAME -->`` markers:
-    ``top``, ``resources``, ``sources``, ``steps`` and one per built-in step (``with:typing``...)."""
+    """The Markdown tables docs/workflows.md shows between ``<!-- schema:NAME -->`` and
+    ``<!-- /schema:NAME -->``: ``top`` (the top-level keys), ``resources``, ``executor`` (its
+    mapping form), ``sources`` (every key of every kind of source), ``steps`` (a step's keys),
+    and ``with:STEP`` for each built-in step with parameters (``with:filter,sample`` for the
+    section the two share)."""
     from .builtins import BUILTINS
 
-    def model_rows(model: type[BaseModel], head: str = "| key | meaning |\n| --- | --- |") -> str:
-        rows = [head]
+    head = "| key | meaning |\n| --- | --- |\n"
+    out = {"top": head + "\n".join(_key_rows(workflow_model())),
+           "resources": head + "\n".join(_key_rows(Resources)),
+           "executor": head + "\n".join(_key_rows(Executor))}
+    keys: dict[str, tuple[list[str], list[str]]] = {}
+    for kind, model in SOURCE_KINDS.items():
         for n, f in model.model_fields.items():
-            rows.append(f"| `{f.alias or n}` | {_cell(f.description or '')} |")
-        return "\n".join(rows)
-
-    out = {"top": model_rows(workflow_model()), "resources": model_rows(Resources),
-           "steps": model_rows(StepBase.__base__ and step_models()["plugin"])}
-    keys: dict[str, str] = {}
-    for model in (FileSource, DuckdbSource, PostgresSource, MemorySource):
-        for n, f in model.model_fields.items():
-            keys.setdefault(f.alias or n, f.description or "")
-    out["sources"] = "| key | meaning |\n| --- | --- |\n" + "\n".join(
-        f"| `{k}` | {_cell(v)} |" for k, v in keys.items())
+            kinds, texts = keys.setdefault(f.alias or n, ([], []))
+            kinds.append(kind)
+            if f.description and f.description not in texts:
+                texts.append(f.description)
+    out["sources"] = "| key | sources | meaning |\n| --- | --- | --- |\n" + "\n".join(
+        f"| `{k}` | {', '.join(kinds) if len(kinds) < len(SOURCE_KINDS) else 'all'} | {_cell('; '.join(texts))} |"
+        for k, (kinds, texts) in keys.items())
+    plugin = step_models()["plugin"]
+    out["steps"] = head + "\n".join(_key_rows(plugin))
     for uses, b in BUILTINS.items():
         if not b.params:
             continue
-        rows = ["| parameter | default | meaning |", "| --- | --- | --- |"]
+        name = "with:" + SHARED_SECTIONS.get(uses, uses)
+        rows = out.get(name, "| parameter | default | meaning |\n| --- | --- | --- |").split("\n")
         rows += [f"| `{p.name}` | {_default(p)} | {_cell(p.help)} |" for p in b.params]
-        out[f"with:{uses}"] = "\n".join(rows)
+        if uses == "publish":
+            rows.append("| other keys | | the publisher's own parameters (`path`, ...) |")
+        out[name] = "\n".join(rows)
     return out
+
+
+MARKER = re.compile(r"<!-- schema:(?P<name>[^ ]+) -->\n(?P<body>.*?)<!-- /schema:(?P=name) -->", re.S)
+
+
+def render_docs(text: str) -> str:
+    """``text`` (docs/workflows.md) with every generated table written anew from the declaration."""
+    tables = reference_tables()
+
+    def fill(m: re.Match) -> str:
+        name = m["name"]
+        if name not in tables:
+            raise KeyError(f"docs marker schema:{name} names no generated table; known: {', '.join(tables)}")
+        return f"<!-- schema:{name} -->\n{tables[name]}\n<!-- /schema:{name} -->"
+    return MARKER.sub(fill, text)
+
+
+def _main() -> None:  # pragma: no cover - a maintainer's command
+    """``python -m anonflow.workflow_schema``: write the shipped JSON Schema and the generated
+    tables of docs/workflows.md anew from the declaration."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    (here / "schemas" / "workflow.schema.json").write_text(json_schema_text(), encoding="utf-8")
+    docs = here.parent / "docs" / "workflows.md"
+    if docs.is_file():
+        docs.write_text(render_docs(docs.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _main()
