@@ -663,7 +663,7 @@ def workflow_model() -> type[Block]:
     models = step_models()
     step_t = Annotated[Union[tuple(Annotated[m, Tag(f"uses={k}")] for k, m in models.items())],  # type: ignore
                        Discriminator(_step_kind)]
-    steps_t = _schema(_steps_check(TypeAdapter(dict[Name, step_t])), schema_of(dict[Name, step_t]) | {"minProperties": 1})
+    steps_t = _schema(_steps_check(TypeAdapter(dict[Name, step_t])), schema_of(dict[Name, step_t]) | {"minProperties": 1, "additionalProperties": False})
     return create_model(
         "Workflow", __base__=Block,
         __doc__="An anonflow workflow file.",
