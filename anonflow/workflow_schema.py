@@ -157,8 +157,21 @@ def _choice(values: Iterable[str], message: str | None = None) -> Callable[[Any]
     return check
 
 
-def _schema(validator: Callable[[Any], Any], schema: dict[str, Any]) -> Any:
-    """A type checked by ``validator`` whose JSON Schema is ``schema``."""
+class _LazySchema:
+    """A JSON Schema computed only when one is generated (``anonflow schema``, the docs): a
+    validation never pays for it."""
+
+    def __init__(self, make: Callable[[], dict[str, Any]]) -> None:
+        self.make = make
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return self.make()
+
+
+def _schema(validator: Callable[[Any], Any], schema: dict[str, Any] | Callable[[], dict[str, Any]]) -> Any:
+    """A type checked by ``validator`` whose JSON Schema is ``schema`` (or what it returns)."""
+    if callable(schema):
+        return Annotated[Any, PlainValidator(validator), _LazySchema(schema)]
     return Annotated[Any, PlainValidator(validator), WithJsonSchema(schema)]
 
 
@@ -431,12 +444,14 @@ def role_columns(value: Any) -> Any:
     raise _fail("a list of columns or a mapping column -> type", value)
 
 
-_COLUMN_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "string"}, {"type": "integer"}]}
-_TYPED_COLUMNS: dict[str, Any] = {"type": "object", "additionalProperties": {
-    "anyOf": [{"type": "null"}, {"enum": list(TYPES)}, schema_of(TypeSpec)]}}
-ROLE_COLUMNS = Annotated[Any, PlainValidator(role_columns), WithJsonSchema({"anyOf": [
-    _COLUMN_SCHEMA, {"type": "array", "items": {"anyOf": [_COLUMN_SCHEMA, _TYPED_COLUMNS]}}, _TYPED_COLUMNS,
-    {"type": "null"}]})]
+def _role_columns_schema() -> dict[str, Any]:
+    column: dict[str, Any] = {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+    typed: dict[str, Any] = {"type": "object", "additionalProperties": {
+        "anyOf": [{"type": "null"}, {"enum": list(TYPES)}, schema_of(TypeSpec)]}}
+    return {"anyOf": [column, {"type": "array", "items": {"anyOf": [column, typed]}}, typed, {"type": "null"}]}
+
+
+ROLE_COLUMNS = Annotated[Any, PlainValidator(role_columns), _LazySchema(_role_columns_schema)]
 
 
 def metric_list(value: Any) -> Any:
@@ -549,18 +564,20 @@ def _with_model(uses: str, params: tuple[Param, ...], open_: bool = False) -> ty
     """The ``with:`` block of built-in step ``uses``, from its parameter declarations."""
     fields: dict[str, Any] = {}
     for i, p in enumerate(params):
-        t = _schema(_param_validator(p), param_json_schema(p))
+        t = _schema(_param_validator(p), lambda p=p: param_json_schema(p))
         fields[f"p{i}"] = (t, Field(... if p.required else None, alias=p.name, description=p.help))
     from pydantic import create_model
 
-    config = ConfigDict(extra="allow" if open_ else "forbid", strict=True, frozen=True, allow_inf_nan=False)
-    model = create_model(f"With_{uses}", __base__=Block, **fields)  # type: ignore[call-overload]
-    model.model_config = {**Block.model_config, **config}
+    model = create_model(f"With_{uses}", __base__=OpenBlock if open_ else Block, **fields)  # type: ignore
     model.WHAT = f"a mapping of {uses} parameters"
-    if open_:
-        model.__pydantic_extra__ = None  # extra values are checked by _open_values below
-    model.model_rebuild(force=True)
     return model
+
+
+class OpenBlock(Block):
+    """A block that also takes keys it does not declare (a publish step's publisher parameters:
+    :func:`_publish_with` checks them as plain values)."""
+
+    model_config = ConfigDict(extra="allow")
 
 
 class StepBase(Block):
@@ -598,7 +615,7 @@ def step_models() -> dict[str, type[Block]]:
         else:
             with_t = _with_model(uses, b.params, open_=(uses == "publish"))
             if uses == "publish":
-                with_t = _schema(_publish_with(with_t), schema_of(with_t) | {"additionalProperties": True})
+                with_t = _schema(_publish_with(with_t), lambda m=with_t: schema_of(m) | {"additionalProperties": True})
         required = any(p.required for p in b.params) or uses == "hierarchy"
         out[uses] = create_model(
             f"Step_{uses}", __base__=StepBase,
@@ -663,7 +680,7 @@ def workflow_model() -> type[Block]:
     models = step_models()
     step_t = Annotated[Union[tuple(Annotated[m, Tag(f"uses={k}")] for k, m in models.items())],  # type: ignore
                        Discriminator(_step_kind)]
-    steps_t = _schema(_steps_check(TypeAdapter(dict[Name, step_t])), schema_of(dict[Name, step_t]) | {"minProperties": 1, "additionalProperties": False})
+    steps_t = _schema(_steps_check(TypeAdapter(dict[Name, step_t])), lambda: schema_of(dict[Name, step_t]) | {"minProperties": 1, "additionalProperties": False})
     return create_model(
         "Workflow", __base__=Block,
         __doc__="An anonflow workflow file.",
@@ -676,7 +693,7 @@ def workflow_model() -> type[Block]:
                       {"type": "integer", "minimum": 0, "maximum": MAX_SEED}),
               Field(0, description="integer 0 .. 2^63 - 1 (default 0); every step's randomness derives from it")),
         resources=(Optional[Resources], Field(None, description="what the store's DuckDB may use")),
-        executor=(Optional[_schema(_executor, {"anyOf": [
+        executor=(Optional[_schema(_executor, lambda: {"anyOf": [
             {"type": "string", "pattern": r"^(local|processes(:\d+)?|dask(:.+)?)$"},
             schema_of(Executor)]})],
             Field(None, description="where the fragments of a partitioned table run")),

@@ -77,6 +77,10 @@ VALUES = st.one_of(
     st.lists(st.one_of(st.integers(), st.text(max_size=3), st.none()), max_size=3),
     st.dictionaries(st.text(max_size=4), st.one_of(st.integers(), st.text(max_size=3)), max_size=2),
     st.integers(min_value=60, max_value=80).map(nested),
+    st.recursive(st.one_of(st.integers(-2, 2), st.text(max_size=3), st.none(), st.booleans(), st.floats()),
+                 lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                         st.dictionaries(st.one_of(st.text(max_size=3), st.integers(0, 3)), inner,
+                                                         max_size=3)), max_leaves=8),
 )
 
 
