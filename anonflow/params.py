@@ -185,7 +185,7 @@ def _coerce_kind(kind: str, value: Any, expected) -> Any:
 
 def suggest(name: str, candidates: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest candidate, or an empty string."""
-    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    match = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1, cutoff=0.6)
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
@@ -197,6 +197,9 @@ def validate_params(declared: Iterable[Param], given: Mapping[str, Any]) -> dict
     declared = list(declared)
     by_name = {p.name: p for p in declared}
     for key in given:
+        if not isinstance(key, str):  # YAML reads `0:` or `true:` as a number or a boolean
+            raise ParamError(f"parameter name {key!r} is not text; parameter names are words such as "
+                             f"{', '.join(sorted(by_name)[:3]) or 'k'}")
         if key not in by_name:
             known = ", ".join(sorted(by_name)) or "none"
             raise ParamError(f"unknown parameter {key!r}{suggest(key, by_name)}; known parameters: {known}")

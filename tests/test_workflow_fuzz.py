@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from anonflow.cli import main
@@ -109,6 +109,7 @@ def mutate(data, draw):
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
+          phases=(Phase.explicit, Phase.reuse, Phase.generate),  # a failure prints its draws; no slow shrinking
           derandomize="ANONFLOW_FUZZ_EXAMPLES" not in os.environ)
 @given(st.data())
 def test_a_mutated_shipped_workflow_plans_or_fails_in_one_line(folder, data):

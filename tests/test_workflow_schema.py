@@ -243,3 +243,19 @@ def test_keygen_with_no_file_name_or_an_unwritable_folder_is_one_line(cli, tmp_p
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and f"keygen: cannot write {ro}/k" in res.stderr
     assert not any(ro.iterdir())
+
+
+def test_a_parameter_name_that_is_not_text_is_one_line(cli, tmp_path):
+    """Found by the fuzz test: `0: [5, 10]` in a hierarchy builder's parameters reached difflib
+    ('int' object is not iterable)."""
+    shutil.copytree(ROOT / "workflows" / "data" / "arx", tmp_path / "data" / "arx")
+    wf = write(tmp_path / "wf.yaml", """
+        sources: {adult: {path: data/arx/adult.csv, delimiter: ";"}}
+        steps:
+          typed: {uses: typing, input: adult, with: {quasi: {age: continuous}}}
+          hier: {uses: hierarchy, input: typed, with: {age: {interval: {0: [5, 10, 20], anchor: 0}}}}
+        """)
+    line = one_line_error(cli("plan", wf, "--no-preview"))
+    assert "step 'hier': column 'age': hierarchy builder 'interval': parameter name 0 is not text" in line
+    line = one_line_error(cli("plan", wf, "--no-preview", "--set", "hier.age={interval: {true: [5]}}"))
+    assert "parameter name True is not text" in line
