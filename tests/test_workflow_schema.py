@@ -258,4 +258,4 @@ def test_a_parameter_name_that_is_not_text_is_one_line(cli, tmp_path):
     line = one_line_error(cli("plan", wf, "--no-preview"))
     assert "step 'hier': column 'age': hierarchy builder 'interval': parameter name 0 is not text" in line
     line = one_line_error(cli("plan", wf, "--no-preview", "--set", "hier.age={interval: {true: [5]}}"))
-    assert "parameter name True is not text" in line
+    assert "with --set hier.age: step 'hier': with.age.interval has the key True; keys are text" in line
