@@ -8,7 +8,6 @@ This module knows the file format only: it checks structure and spelling, applie
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from functools import lru_cache
-from typing import Annotated, Any, Callable, ClassVar, Iterable, Mapping, Optional, Union
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag, TypeAdapter,
                       ValidationError, WithJsonSchema, model_validator)
@@ -248,8 +248,18 @@ class Block(BaseModel):
         return data
 
 
-def _null_or(t: Any) -> Any:
-    return Optional[t]
+MemorySize = _schema(lambda v: _memory(v), {"type": "string", "pattern": MEMORY_PATTERN})
+Threads = _schema(_int_between(1, 1024, "{key} must be an integer from 1 to 1024, got {got}"),
+                  {"type": "integer", "minimum": 1, "maximum": 1024})
+ExecutorKind = _schema(_choice(EXECUTOR_KINDS), {"enum": list(EXECUTOR_KINDS)})
+Workers = _schema(_int_between(1, None), {"type": "integer", "minimum": 1})
+FileFormat = _schema(_choice(FORMATS[:3], "format must be one of {choices}, got {got}{hint}"), {"enum": list(FORMATS[:3])})
+DuckdbFormat = _schema(_choice(("duckdb",), "format must be duckdb for a table in a DuckDB file, got {got}"),
+                       {"const": "duckdb"})
+PostgresFormat = _schema(_choice(("postgres",), "format must be postgres for a PostgreSQL source, got {got}"),
+                         {"const": "postgres"})
+MemoryFormat = _schema(_choice((IN_MEMORY,)), {"const": IN_MEMORY})
+Sha256 = _schema(_text, {"type": "string", "pattern": "^[0-9a-f]{64}$"})
 
 
 # -- resources and executor -------------------------------------------------------------
@@ -264,25 +274,24 @@ class Resources(Block):
     """What the store's DuckDB may use."""
 
     WHAT: ClassVar[str] = "a mapping such as {memory: 2GB, threads: 4, temp_directory: tmp}"
-    memory: _null_or(_schema(_memory, {"type": "string", "pattern": MEMORY_PATTERN})) = Field(
+    memory: Optional[MemorySize] = Field(
         None, description="DuckDB's memory limit, a size such as `2GB`, `512MB`, `1.5GiB`; beyond it DuckDB "
                           "spills to its temp directory (default: 80 % of the machine's memory)")
-    threads: _null_or(_schema(_int_between(1, 1024, "{key} must be an integer from 1 to 1024, got {got}"),
-                              {"type": "integer", "minimum": 1, "maximum": 1024})) = Field(
+    threads: Optional[Threads] = Field(
         None, description="DuckDB's threads (default: one per core)")
-    temp_directory: _null_or(Text) = Field(
+    temp_directory: Optional[Text] = Field(
         None, description="where DuckDB spills: a folder inside the workflow's folder (default: the system's "
                           "temp folder)")
 
 
 class Executor(Block):
     WHAT: ClassVar[str] = "local, processes:N, dask[:ADDRESS] or a mapping with kind, workers, address, work_dir"
-    kind: _schema(_choice(EXECUTOR_KINDS), {"enum": list(EXECUTOR_KINDS)}) = Field(
+    kind: ExecutorKind = Field(
         "local", description="`local`, `processes` or `dask`")
-    workers: _null_or(_schema(_int_between(1, None), {"type": "integer", "minimum": 1})) = Field(
+    workers: Optional[Workers] = Field(
         None, description="how many worker processes")
-    address: _null_or(Text) = Field(None, description="dask: a scheduler on this machine, tcp://127.0.0.1:PORT")
-    work_dir: _null_or(Text) = Field(None, description="the folder fragments travel through, inside the "
+    address: Optional[Text] = Field(None, description="dask: a scheduler on this machine, tcp://127.0.0.1:PORT")
+    work_dir: Optional[Text] = Field(None, description="the folder fragments travel through, inside the "
                                                        "workflow's folder")
 
 
@@ -303,47 +312,44 @@ class FileSource(Block):
     KIND: ClassVar[str] = "a file source"
     path: Text = Field(description="a CSV (`.csv`, `.tsv`, `.txt`) or Parquet (`.parquet`) file, relative to "
                                    "the workflow file")
-    format: _null_or(_schema(_choice(FORMATS[:3], "format must be one of {choices}, got {got}{hint}"),
-                             {"enum": list(FORMATS[:3])})) = Field(
+    format: Optional[FileFormat] = Field(
         None, description="`csv`, `parquet` or `duckdb` when the extension does not tell")
-    delimiter: _null_or(Text) = Field(None, description="CSV field separator (DuckDB's sniffer decides when absent)")
+    delimiter: Optional[Text] = Field(None, description="CSV field separator (DuckDB's sniffer decides when absent)")
     header: Optional[bool] = Field(None, description="whether the CSV's first line names the columns")
-    quote: _null_or(Text) = Field(None, description="CSV quote character")
-    na_values: _null_or(Union[Text, list[Text]]) = Field(None, description="strings read as missing values")
-    types: _null_or(dict[Text, Text]) = Field(None, description="column -> DuckDB type, e.g. `{zip: VARCHAR}`")
-    description: _null_or(Text) = Field(None, description="free text, recorded with the workflow")
+    quote: Optional[Text] = Field(None, description="CSV quote character")
+    na_values: Optional[Union[Text, list[Text]]] = Field(None, description="strings read as missing values")
+    types: Optional[dict[Text, Text]] = Field(None, description="column -> DuckDB type, e.g. `{zip: VARCHAR}`")
+    description: Optional[Text] = Field(None, description="free text, recorded with the workflow")
 
 
 class DuckdbSource(Block):
     WHAT: ClassVar[str] = "{table: NAME, db: FILE}"
     KIND: ClassVar[str] = "a DuckDB source"
     table: Text = Field(description="a table in a DuckDB database file")
-    db: _null_or(Text) = Field(None, description="the DuckDB database file")
-    path: _null_or(Text) = Field(None, description="the DuckDB database file (as `db`)")
-    format: _null_or(_schema(_choice(("duckdb",), "format must be duckdb for a table in a DuckDB file, got {got}"),
-                             {"const": "duckdb"})) = Field(None, description="`duckdb`")
-    description: _null_or(Text) = Field(None, description="free text, recorded with the workflow")
+    db: Optional[Text] = Field(None, description="the DuckDB database file")
+    path: Optional[Text] = Field(None, description="the DuckDB database file (as `db`)")
+    format: Optional[DuckdbFormat] = Field(None, description="`duckdb`")
+    description: Optional[Text] = Field(None, description="free text, recorded with the workflow")
 
 
 class PostgresSource(Block):
     WHAT: ClassVar[str] = "{postgres: URL, table: NAME} or {postgres: URL, query: SELECT ...}"
     KIND: ClassVar[str] = "a postgres source"
     postgres: Text = Field(description="a PostgreSQL database, as a libpq URL without a password")
-    table: _null_or(Text) = Field(None, description="with `postgres`: a table, `NAME` or `SCHEMA.NAME`")
-    query: _null_or(Text) = Field(None, description="with `postgres`: one SELECT whose records are the source")
-    format: _null_or(_schema(_choice(("postgres",), "format must be postgres for a PostgreSQL source, got {got}"),
-                             {"const": "postgres"})) = Field(None, description="`postgres`")
-    description: _null_or(Text) = Field(None, description="free text, recorded with the workflow")
+    table: Optional[Text] = Field(None, description="with `postgres`: a table, `NAME` or `SCHEMA.NAME`")
+    query: Optional[Text] = Field(None, description="with `postgres`: one SELECT whose records are the source")
+    format: Optional[PostgresFormat] = Field(None, description="`postgres`")
+    description: Optional[Text] = Field(None, description="free text, recorded with the workflow")
 
 
 class MemorySource(Block):
     """An in-memory table given in Python (``anonflow.Workflow``): never in a workflow file."""
 
-    format: _schema(_choice((IN_MEMORY,)), {"const": IN_MEMORY}) = Field(
+    format: MemoryFormat = Field(
         description=f"`{IN_MEMORY}`: an in-memory table, given in Python (never in a workflow file)")
-    sha256: _schema(_text, {"type": "string", "pattern": "^[0-9a-f]{64}$"}) = Field(
+    sha256: Sha256 = Field(
         description="with `format: arrow` only: the content hash of an in-memory table")
-    description: _null_or(Text) = None
+    description: Optional[Text] = None
 
 
 def _source_kind(value: Any) -> str:
@@ -368,6 +374,7 @@ Source = Annotated[Union[Annotated[Text, Tag("kind=path")], Annotated[FileSource
 # -- the shapes of the built-in steps' structured parameters ------------------------------
 
 TYPES = ("continuous", "ordinal", "nominal", "semantic")
+TypeName = _schema(_choice(TYPES, "type must be one of {choices}, got {got}{hint}"), {"enum": list(TYPES)})
 
 
 def _column(value: Any, at: tuple = ()) -> Any:
@@ -383,8 +390,7 @@ class TypeSpec(Block):
     """A column's type with its settings."""
 
     WHAT: ClassVar[str] = "a type name or {type: ..., order: [...]}"
-    type: _null_or(_schema(_choice(TYPES, "type must be one of {choices}, got {got}{hint}"), {"enum": list(TYPES)})) \
-        = Field(None, description="continuous, ordinal, nominal or semantic (none: inferred)")
+    type: Optional[TypeName] = Field(None, description="continuous, ordinal, nominal or semantic (none: inferred)")
     order: Optional[Annotated[list[Value], Field(min_length=2)]] = Field(
         None, description="ordinal: the categories, lowest first")
     weights: Optional[list[Number]] = Field(
@@ -583,11 +589,11 @@ class OpenBlock(Block):
 class StepBase(Block):
     WHAT: ClassVar[str] = "a mapping with 'uses', 'input' and 'with'"
     uses: Any = Field(description="the built-in step or plugin to run")  # each kind of step narrows it
-    input: _null_or(Refs) = Field(None, description="the sources or steps whose tables the step reads: a name, "
+    input: Optional[Refs] = Field(None, description="the sources or steps whose tables the step reads: a name, "
                                                     "or a list of names")
-    after: _null_or(Refs) = Field(None, description="steps that must run first (ordering without data flow)")
+    after: Optional[Refs] = Field(None, description="steps that must run first (ordering without data flow)")
     with_: Any = Field(None, alias="with")
-    description: _null_or(Text) = Field(None, description="free text")
+    description: Optional[Text] = Field(None, description="free text")
 
 
 def _uses_is(name: str) -> Any:
@@ -684,10 +690,10 @@ def workflow_model() -> type[Block]:
     return create_model(
         "Workflow", __base__=Block,
         __doc__="An anonflow workflow file.",
-        name=(_null_or(_schema(_one_line, {"type": "string", "maxLength": 200})),
+        name=(Optional[WorkflowName],
               Field(None, description="the workflow's name; defaults to the file name; one printable line, "
                                       "<= 200 characters")),
-        description=(_null_or(Text), Field(None, description="free text")),
+        description=(Optional[Text], Field(None, description="free text")),
         seed=(_schema(_int_between(0, MAX_SEED, "{key} must be an integer from 0 to "
                                    f"{MAX_SEED} (2^63 - 1), got {{got}}"),
                       {"type": "integer", "minimum": 0, "maximum": MAX_SEED}),
@@ -710,6 +716,9 @@ def _one_line(value: Any) -> str:
         text = shown(value[:60] + ("..." if len(value) > 60 else "")) if isinstance(value, str) else shown(value)
         raise _say("{key} must be one line of printable characters (at most 200), got " + text)
     return value
+
+
+WorkflowName = _schema(_one_line, {"type": "string", "maxLength": 200})
 
 
 def _steps_check(adapter: TypeAdapter) -> Callable[[Any], Any]:
