@@ -7,7 +7,7 @@ runs ``anonflow plan --no-preview`` on it through the CLI. Whatever the change, 
 normal plan (exit 0) or one line of error and exit code 2, never a traceback.
 
 The data files are copied with their CSV files cut to a few hundred records, so a valid plan
-is quick. ``ANONFLOW_FUZZ_EXAMPLES`` sets the number of examples (default 120, about 15 s), and
+is quick. ``ANONFLOW_FUZZ_EXAMPLES`` sets the number of examples (default 300, about 15 s), and
 ``ANONFLOW_FUZZ_PREVIEW=1`` plans with the preview (the preparation steps run on the data).
 """
 
@@ -28,7 +28,7 @@ from anonflow.cli import main
 from .conftest import WORKFLOWS
 
 SHIPPED = sorted(WORKFLOWS.glob("*.yaml"))
-EXAMPLES = int(os.environ.get("ANONFLOW_FUZZ_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("ANONFLOW_FUZZ_EXAMPLES", "300"))
 #: ANONFLOW_FUZZ_PREVIEW=1: plan with the preview (the preparation steps run on the data; slower)
 PREVIEW = () if os.environ.get("ANONFLOW_FUZZ_PREVIEW") else ("--no-preview",)
 
