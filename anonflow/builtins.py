@@ -37,6 +37,7 @@ from .params import Param, ParamError, suggest, validate_params
 from .schema import CLASS, FRAGMENT, ROW, TYPES, Attribute, Typing
 from .store import ident
 from .table import TypedTable
+from .workflow_schema import COLUMN_LIST, METRICS, ROLE_COLUMNS, THRESHOLDS
 
 MISSING_CATEGORY = "?"
 
@@ -86,16 +87,17 @@ def _role_entries(value: Any, role: str, where: str) -> dict[str, dict[str, Any]
     if isinstance(value, str):
         value = [value]
     if isinstance(value, (list, tuple)):
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for item in value:
-            if isinstance(item, Mapping):
-                for k, v in item.items():
-                    out[str(k)] = _type_spec(v, role, str(k), where)
-            else:
-                out[str(item)] = {}
+            for k, v in (item.items() if isinstance(item, Mapping) else [(item, None)]):
+                if str(k) in out:  # [age, age]: a typo for another column, or a type given twice
+                    raise WorkflowError(f"column {str(k)!r} is listed twice under {role!r}; name each column once",
+                                        where=where)
+                out[str(k)] = _type_spec(v, role, str(k), where)
         return out
     if isinstance(value, Mapping):
-        return {str(k): _type_spec(v, role, str(k), where) for k, v in value.items()}
+        value = [dict([kv]) for kv in value.items()]  # {2019: x, '2019': y} names one column twice
+        return _role_entries(value, role, where)
     raise WorkflowError(f"parameter {role!r}: expected a list of columns or a mapping column -> type, got {value!r}",
                         where=where)
 
@@ -154,23 +156,25 @@ class TypingStep(Builtin):
     uses = kind = "typing"
     description = "Give each column a role and each quasi-identifier a type (SPEC section 1)."
     params = (
-        Param("quasi", "any", default=[], help="quasi-identifiers: list, or mapping column -> type"),
-        Param("sensitive", "any", default=[], help="sensitive attributes: list, or mapping column -> type"),
-        Param("label", "any", default=[], help="class label(s) used only by utility metrics"),
-        Param("insensitive", "any", default=[], help="columns published unchanged"),
-        Param("identifier", "any", default=[], help="direct identifiers: dropped"),
+        Param("quasi", "any", default=[], shape=ROLE_COLUMNS,
+              help="quasi-identifiers: a list, or a mapping column -> type (at least one is required)"),
+        Param("sensitive", "any", default=[], shape=ROLE_COLUMNS, help="sensitive attributes"),
+        Param("label", "any", default=[], shape=ROLE_COLUMNS, help="class labels, used only by utility metrics"),
+        Param("insensitive", "any", default=[], shape=ROLE_COLUMNS, help="published unchanged"),
+        Param("identifier", "any", default=[], shape=ROLE_COLUMNS, help="direct identifiers: dropped"),
         Param("weight", "str", default=None, nullable=True,
-              help="column holding each record's sampling weight (the population units it stands for; "
-                   "numeric, finite and > 0): published unchanged, used by individual-risk"),
+              help="the column of sampling weights (one column; below): published unchanged, used by "
+                   "`individual-risk`"),
         Param("others", "str", default="drop", choices=("drop", "insensitive"),
-              help="columns not named above: dropped (default), or published as they are (an undeclared "
-                   "column that looks like an identifier is then an error)"),
+              help="every column not named above: `drop` (never published; the run notes which) or `insensitive` "
+                   "(published as it is)"),
         Param("missing", "str", default="error", choices=("error", "drop", "category"),
-              help="missing values: fail, drop the record (counted), or make them a category"),
+              help="missing values: `error`, `drop` (records dropped and counted in the run summary) or `category` "
+                   "(text columns only: missing becomes the category `?`)"),
         Param("missing_values", "list", items="str", default=[],
-              help="extra strings that mean 'missing' (e.g. '?'); empty and whitespace-only cells always are"),
+              help="extra strings meaning \"missing\" (empty and whitespace-only cells always are)"),
         Param("not_missing", "list", items="str", default=[],
-              help="common spellings of 'missing' (NA, null, ?, -, ...) that are real values in this data"),
+              help="common spellings of \"missing\" (below) that are real values in this data"),
     )
 
     def check_params(self, given, registry, where, base_dir=None):
@@ -326,6 +330,7 @@ class TypingStep(Builtin):
                 _check_mostly_numeric(vals, c, ctx, where)
             if typ == "continuous":
                 cast = _number_cast(vals, c, ctx, where)
+                _check_finite(vals, c, ctx, where, "declared" if declared else "inferred")
                 if cast:
                     exprs[c] = f"CAST({exprs[c]} AS {cast})"
                     changes = True
@@ -572,6 +577,28 @@ def _number_cast(vals: "_Values", c: str, ctx: StepContext, where: str) -> str |
     return "DOUBLE"
 
 
+def _check_finite(vals: "_Values", c: str, ctx: StepContext, where: str, how: str) -> None:
+    """A continuous column holds finite numbers only: an infinite value (``inf``, ``Infinity``,
+    read as a number or as text) or a NaN that is not a missing value would make every mean,
+    distance and range of the column meaningless. Checked by DuckDB over the distinct values."""
+    t = vals.type
+    if not (pa.types.is_floating(t) or _is_text(t)):
+        return  # integers, decimals and booleans are always finite
+    probe = pa.table({"v": vals.v, "n": vals.n, "first": vals.first})
+    bad = "NOT isfinite(w)"
+    row = ctx.sql(f"SELECT coalesce(sum(n) FILTER (WHERE {bad}), 0) AS bad, min(first) FILTER (WHERE {bad}) AS first, "
+                  f"arg_min(v, first) FILTER (WHERE {bad}) AS value "
+                  "FROM (SELECT TRY_CAST(v AS DOUBLE) AS w, v, n, first FROM probe WHERE v IS NOT NULL) "
+                  "WHERE w IS NOT NULL", probe=probe).to_pylist()[0]
+    if row["bad"]:
+        value = row["value"]
+        shown = repr(value) if isinstance(value, str) else str(value)
+        raise InputError(f"column {c!r} is {how} continuous but {int(row['bad'])} record(s) hold a number that is not "
+                         f"finite, the first in record {int(row['first']) + 1} ({shown}); fix the value, or list it "
+                         "under missing_values" + ("" if _is_text(t) else f" (reading the column as text: types: "
+                                                   f"{{{c}: VARCHAR}} in the source)"), where=where)
+
+
 def _weight_cast(vals: "_Values", c: str, ctx: StepContext, where: str) -> str | None:
     """Check a weight column (role ``weight``): numbers, each finite and > 0, checked by DuckDB
     over the column's distinct values (missing values are dropped or refused before). Return
@@ -649,7 +676,8 @@ class FilterStep(Builtin):
     uses = kind = "filter"
     description = "Keep the records matching an SQL condition (DuckDB dialect); the rest are counted."
     params = (
-        Param("where", "str", help="SQL boolean expression over the columns, e.g. \"_row < 30162\""),
+        Param("where", "str", help="(`filter`) SQL boolean expression over the columns; `_row` is the source "
+                                   "position"),
     )
 
     def validate(self, params, inputs, registry, where):
@@ -682,8 +710,10 @@ class SampleStep(Builtin):
     uses = kind = "sample"
     description = "A seeded random sample of records (without replacement), in their original order."
     params = (
-        Param("n", "int", default=None, nullable=True, min=1, help="number of records"),
-        Param("fraction", "float", default=None, nullable=True, min=0.0, max=1.0, help="or a fraction of them"),
+        Param("n", "int", default=None, nullable=True, min=1,
+              help="(`sample`) number of records to draw without replacement"),
+        Param("fraction", "float", default=None, nullable=True, min=0.0, max=1.0,
+              help="(`sample`) or the fraction of records; give exactly one of `n` and `fraction`"),
     )
 
     def validate(self, params, inputs, registry, where):
@@ -724,11 +754,11 @@ class PartitionStep(Builtin):
                    "algorithm step fed by it runs once per fragment, in parallel on an executor.")
     params = (
         Param("max_records", "int", default=DEFAULT_MAX_RECORDS, min=2, nullable=True,
-              help="cut until each fragment holds at most this many records (null: strata only)"),
-        Param("by", "list", default=[], help="strata: columns whose every combination of values is a fragment "
-                                             "of its own before cutting"),
-        Param("columns", "list", default=None, nullable=True,
-              help="columns to cut on (default: the quasi-identifiers)"),
+              help="cut until every fragment holds at most this many records; null: strata only"),
+        Param("by", "list", default=[], shape=COLUMN_LIST,
+              help="strata: columns each combination of whose values is cut on its own"),
+        Param("columns", "list", default=None, nullable=True, shape=COLUMN_LIST,
+              help="the columns to cut on (null: the quasi-identifiers, less the strata)"),
     )
 
     def check_params(self, given, registry, where, base_dir=None):
@@ -901,11 +931,15 @@ class EvaluateStep(Builtin):
     max_inputs = 2
     description = "Compute metrics and privacy checks on [original, anonymized]; optional thresholds fail the run."
     params = (
-        Param("metrics", "any", help="metric names, or {name: {param: value}}"),
-        Param("thresholds", "dict", default={}, help="value name -> {min: x, max: y}; a miss fails the run"),
+        Param("metrics", "any", shape=METRICS, help="metric names, or `{name: {param: value}}`"),
+        Param("thresholds", "dict", default={}, shape=THRESHOLDS,
+              help="value name -> `{min: x}` and/or `{max: y}`; a miss fails the run (exit 1) after the values are "
+                   "stored"),
         Param("enforce", "bool", default=True, help="fail the run when a privacy check does not hold"),
         Param("risk_before", "bool", default=False,
-              help="also measure every risk metric on the original (the first input): values <metric>.before[.x]"),
+              help="with `[original, anonymized]`: also measure every risk metric (category `risk`) on the "
+                   "original, as if it were published unchanged; its values are `<metric>.before` and "
+                   "`<metric>.before.<detail>`, and thresholds may name them"),
     )
 
     def validate(self, params, inputs, registry, where):
@@ -1034,8 +1068,11 @@ class PublishStep(Builtin):
     produces = "files"
     description = "Write a table with a publisher plugin (records ordered by class, row ids dropped)."
     params = (
-        Param("publisher", "str", help="name of a publisher plugin (csv, parquet, ...)"),
-        Param("row_id", "bool", default=False, help="keep the _row column (the record's source position)"),
+        Param("publisher", "str", help="a publisher plugin: `csv`, `parquet`, `lossy-join`, `postgres` (tables in a "
+                                       "PostgreSQL database, [below](#the-postgres-publisher)), `release` (an "
+                                       "audited release directory, [releases.md](releases.md)), or a third party's"),
+        Param("row_id", "bool", default=False, help="keep `_row` (the source position) in the output; off because it "
+                                                     "can link records back; a release refuses it"),
     )
 
     def split(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -736,12 +736,18 @@ def apply_cmd(release: Path, new_data: Path, out: Path | None, hierarchies: Path
 def keygen(path: Path) -> None:
     """Write a new Ed25519 key pair for signed releases: PATH (the private key, PEM, mode 0600)
     and PATH.pub (the public key, for 'anonflow verify --key'). Never overwrites a file."""
+    from .errors import InputError
+
+    if not path.name or str(path).endswith(os.sep) or path.is_dir():
+        raise InputError(f"keygen: {str(path) or repr('')} names no file; give the private key's file name, "
+                         "e.g. anonflow keygen release.key")
     publisher = _release_publisher()
     if not hasattr(publisher, "keygen"):
-        from .errors import InputError
-
         raise InputError("the installed release publisher cannot sign releases")
-    pub, fingerprint = publisher.keygen(path)
+    try:
+        pub, fingerprint = publisher.keygen(path)
+    except OSError as exc:  # a folder not writable, a name too long, a read-only file system
+        raise InputError(f"keygen: cannot write {exc.filename or path}: {exc.strerror or exc}") from None
     click.echo(f"private key {path} (keep it secret; give it to the release publisher's 'sign')")
     click.echo(f"public key  {pub} (sha256 {fingerprint}; give it to 'anonflow verify --key')")
 
@@ -850,6 +856,17 @@ def hierarchy_show(target: str, column: str | None, db: str, run_id: str | None,
         click.echo("  ".join(r[f"level{i}"].ljust(w) for i, w in enumerate(widths)))
     if len(shown) < len(rows):
         click.echo(f"... {len(rows) - len(shown)} more (--limit 0 shows all)")
+
+
+@main.command()
+@_guard
+def schema() -> None:
+    """Print the JSON Schema of workflow files (the file anonflow ships as
+    anonflow/schemas/workflow.schema.json), for editors: with yaml-language-server, a first
+    line '# yaml-language-server: $schema=PATH' in a workflow file makes it checked as you type."""
+    from .workflow_schema import json_schema_text
+
+    click.echo(json_schema_text(), nl=False)
 
 
 from .scaffold import new_plugin  # noqa: E402  (anonflow new-plugin NAME)

@@ -44,6 +44,9 @@ class Param:
     :param items: for ``list`` parameters, the kind of each item.
     :param nullable: whether ``null`` is an accepted value.
     :param help: one line shown by ``anonflow plugins`` and in the docs.
+    :param shape: for ``any`` (or ``list``/``dict``) parameters of the built-in steps: a type
+        annotation (pydantic) of the value's structure, which the workflow file's schema
+        checks and documents (:mod:`anonflow.workflow_schema`).
     """
 
     name: str
@@ -56,6 +59,7 @@ class Param:
     items: str | None = None
     nullable: bool = False
     help: str = ""
+    shape: Any = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -136,12 +140,19 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
+#: the integers a parameter may hold: 64 bits, as DuckDB and numpy hold them
+INT_RANGE = (-(2**63), 2**63 - 1)
+
+
 def _coerce_kind(kind: str, value: Any, expected) -> Any:
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ParamError(f"expected {expected()}, got {value!r}")
+                value = int(value)
+            else:
+                raise ParamError(f"expected {expected()}, got {value!r}")
+        if not INT_RANGE[0] <= value <= INT_RANGE[1]:
+            raise ParamError(f"expected {expected()} of at most 64 bits, got {value!r}")
         return value
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -174,7 +185,7 @@ def _coerce_kind(kind: str, value: Any, expected) -> Any:
 
 def suggest(name: str, candidates: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest candidate, or an empty string."""
-    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    match = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1, cutoff=0.6)
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
@@ -186,6 +197,9 @@ def validate_params(declared: Iterable[Param], given: Mapping[str, Any]) -> dict
     declared = list(declared)
     by_name = {p.name: p for p in declared}
     for key in given:
+        if not isinstance(key, str):  # YAML reads `0:` or `true:` as a number or a boolean
+            raise ParamError(f"parameter name {key!r} is not text; parameter names are words such as "
+                             f"{', '.join(sorted(by_name)[:3]) or 'k'}")
         if key not in by_name:
             known = ", ".join(sorted(by_name)) or "none"
             raise ParamError(f"unknown parameter {key!r}{suggest(key, by_name)}; known parameters: {known}")

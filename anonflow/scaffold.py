@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 import click
@@ -104,22 +105,35 @@ def generate(name: str, directory: str | os.PathLike[str] = ".") -> Path:
     check_name(name)
     base = Path(directory)
     target = base / names(name)["__DIST__"]
+    if base.is_symlink() and not base.is_dir():
+        raise ScaffoldError(f"new-plugin: --dir {base} is a symbolic link to {os.readlink(base)}, which is not a "
+                            "folder; nothing was written")
     if target.exists() or target.is_symlink():
         if not target.is_dir() or target.is_symlink() or any(target.iterdir()):
             raise ScaffoldError(f"new-plugin: {target} already exists and is not an empty folder; nothing was "
                                 "written (choose another --dir, or move it away)")
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = base / f".{target.name}.tmp-{os.getpid()}"
+    tmp: Path | None = None
     try:
+        base.mkdir(parents=True, exist_ok=True)
+        # a fresh folder of an unpredictable name, made by mkdir (never through a link someone planted)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=base))
         for rel, text in files(name).items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8", newline="\n")
-        if target.is_dir():
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp's folder is the owner's only; the package is as any folder
+        if target.is_dir() and not target.is_symlink():
             target.rmdir()  # empty (checked above)
         os.rename(tmp, target)
+    except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise ScaffoldError(f"new-plugin: cannot write {target}: {exc.strerror or exc}; no package was written") from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
 

@@ -8,7 +8,6 @@ This module knows the file format only: it checks structure and spelling, applie
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -18,21 +17,15 @@ import yaml
 from .errors import InputError, WorkflowError
 from .executors import ExecutorSpec, executor_spec
 from .params import suggest
+from . import workflow_schema as _schema
+from .workflow_schema import Marks, check_workflow
 
-TOP_KEYS = ("name", "description", "seed", "resources", "executor", "retain", "sources", "steps")
-#: ``retain:``: which of its tables the store keeps after a run (anonflow.retention)
-RETAIN = ("all", "published", "none")
-RESOURCE_KEYS = ("memory", "threads", "temp_directory")
-#: a memory size as DuckDB takes it: a number and a unit
-MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
-STEP_KEYS = ("uses", "input", "with", "after", "description")
-SOURCE_KEYS = ("path", "table", "db", "format", "delimiter", "header", "quote", "na_values",
-               "types", "description", "sha256", "postgres", "query", "timeout")
-FORMATS = ("csv", "parquet", "duckdb", "postgres")
-#: the format of an in-memory table (a DataFrame or Arrow table handed over in Python, see
-#: :mod:`anonflow.memtable`); a workflow file cannot hold one
-IN_MEMORY = "arrow"
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+#: the memory size pattern and the other declarations of the file format live in
+#: anonflow.workflow_schema; these names are kept for the modules that import them from here
+MEMORY_SIZE = _schema.MEMORY_SIZE
+RETAIN = _schema.RETAIN
+FORMATS = _schema.FORMATS
+IN_MEMORY = _schema.IN_MEMORY
 
 
 @dataclass(frozen=True)
@@ -149,13 +142,6 @@ def _err(path: Path, message: str, *parts: str) -> WorkflowError:
     return WorkflowError(message, where=": ".join((str(path), *parts)))
 
 
-def _check_keys(path: Path, data: Mapping, allowed: Iterable[str], *where: str) -> None:
-    allowed = tuple(allowed)
-    for key in data:
-        if key not in allowed:
-            raise _err(path, f"unknown key {key!r}{suggest(str(key), allowed)}; expected one of {', '.join(allowed)}", *where)
-
-
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a mapping key given twice (PyYAML keeps the last one
     silently: a step written twice, or ``k: 5`` then ``k: 2``, would run the wrong workflow)."""
@@ -173,7 +159,26 @@ def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, d
         if first is not None:
             raise DuplicateKeyError(key, first, key_node.start_mark)
         seen[key] = key_node.start_mark
-    return loader.construct_mapping(node, deep=deep)
+    data = loader.construct_mapping(node, deep=deep)
+    marks = getattr(loader, "anonflow_marks", None)
+    if marks is not None:  # where each key is, for the schema's one-line errors
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            try:
+                lines.setdefault(loader.construct_object(key_node, deep=deep), key_node.start_mark.line + 1)
+            except TypeError:
+                pass
+        marks.add(data, lines, node.start_mark.line + 1)
+    return data
+
+
+def _construct_marked_sequence(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> Any:
+    data: list[Any] = []
+    marks = getattr(loader, "anonflow_marks", None)
+    if marks is not None:
+        marks.add(data, [item.start_mark.line + 1 for item in node.value], node.start_mark.line + 1)
+    yield data
+    data.extend(loader.construct_sequence(node))
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -183,10 +188,11 @@ class DuplicateKeyError(yaml.YAMLError):
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_marked_sequence)
 
 
 #: the largest workflow seed (the store keeps it as a signed 64-bit integer)
-MAX_SEED = 2**63 - 1
+MAX_SEED = _schema.MAX_SEED
 #: the largest workflow file read (bytes)
 MAX_WORKFLOW_BYTES = 10 * 1024 * 1024
 
@@ -224,9 +230,20 @@ def _expanded_size(data: Any, budget: int) -> int:
 
 def load_yaml(text: str) -> Any:
     """Parse YAML text, refusing duplicate keys and alias bombs (raises ``yaml.YAMLError``)."""
-    data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    return load_yaml_marked(text)[0]
+
+
+def load_yaml_marked(text: str) -> tuple[Any, Marks]:
+    """:func:`load_yaml`, and where each key and list item of the file is (:class:`Marks`)."""
+    marks = Marks()
+    loader = _UniqueKeyLoader(text)
+    loader.anonflow_marks = marks  # type: ignore[attr-defined]
+    try:
+        data = loader.get_single_data()
+    finally:
+        loader.dispose()
     _expanded_size(data, MAX_VALUES)
-    return data
+    return data, marks
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -267,14 +284,21 @@ def _set_path(path: Path, params: dict[str, Any], step: str, param: str, value: 
 
 
 def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | None = None) -> WorkflowSpec:
-    """Read and structurally validate a workflow file; apply ``--set`` and ``--seed``."""
+    """Read and validate a workflow file (:mod:`anonflow.workflow_schema`, before anything
+    else reads it); apply ``--set`` and ``--seed``."""
     path = Path(path)
-    text, data = read_workflow(path)
-    return workflow_from_data(data, path, text, overrides, seed)
+    text, data, marks = _read(path)
+    return workflow_from_data(data, path, text, overrides, seed, marks=marks)
 
 
 def read_workflow(path: Path) -> tuple[str, Any]:
-    """A workflow file's text and its parsed YAML (not validated), with the CLI's errors."""
+    """A workflow file's text and its parsed YAML, checked against the file format, with the
+    CLI's errors."""
+    text, data, _ = _read(path)
+    return text, data
+
+
+def _read(path: Path) -> tuple[str, Any, Marks]:
     if not path.exists():
         raise WorkflowError(f"workflow file not found: {path}")
     if not path.is_file():  # a folder, device (/dev/zero never ends) or FIFO (blocks)
@@ -286,12 +310,14 @@ def read_workflow(path: Path) -> tuple[str, Any]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkflowError(f"cannot read workflow file {path}: {exc}") from None
-    return text, _parse(path, text)
+    data, marks = _parse(path, text)
+    check_workflow(data, str(path), marks)
+    return text, data, marks
 
 
-def _parse(path: Path, text: str) -> Any:
+def _parse(path: Path, text: str) -> tuple[Any, Marks]:
     try:
-        return load_yaml(text)
+        return load_yaml_marked(text)
     except DuplicateKeyError as exc:
         raise _err(path, f"line {exc.mark.line + 1}, column {exc.mark.column + 1}: {exc}; "
                          "each step, source and parameter may be given once") from None
@@ -307,7 +333,8 @@ def _parse(path: Path, text: str) -> Any:
 
 
 def workflow_from_data(data: Any, path: Path, text: str, overrides: Iterable[Any] = (), seed: int | None = None,
-                       *, base: Path | None = None, tables: Mapping[str, Any] | None = None) -> WorkflowSpec:
+                       *, base: Path | None = None, tables: Mapping[str, Any] | None = None,
+                       marks: Marks | None = None) -> WorkflowSpec:
     """Validate a parsed workflow (the mapping a workflow file holds) into a
     :class:`WorkflowSpec`; apply ``--set`` overrides (``"STEP.PARAM=VALUE"`` text, or
     ``(step, param, value)`` triples already parsed) and ``--seed``.
@@ -315,35 +342,23 @@ def workflow_from_data(data: Any, path: Path, text: str, overrides: Iterable[Any
     ``path`` names the file (in error messages, and its folder reads relative paths unless
     ``base`` is given); ``text`` is what the run records as the workflow's text. ``tables``
     holds the Arrow tables of in-memory sources (``{format: arrow, sha256: ...}`` in ``data``,
-    keyed by source name): the Python API's; a workflow file names none."""
-    if not isinstance(data, Mapping):
-        raise _err(path, "expected a mapping with keys name, seed, sources, steps")
-    _check_keys(path, data, TOP_KEYS)
-
+    keyed by source name): the Python API's; a workflow file names none. ``marks`` (from
+    :func:`load_yaml_marked`) puts the line of the offending key in a format error."""
+    check_workflow(data, str(path), marks)  # the file's format, before anything else reads it
     name = data.get("name") or path.stem
-    if not isinstance(name, str):
-        raise _err(path, f"'name' must be a string, got {name!r}")
-    if len(name) > 200 or not name.isprintable():  # a newline or CR in it would forge terminal lines
+    if len(name) > 200 or not name.isprintable():  # the file's stem; a newline would forge terminal lines
         raise _err(path, "'name' must be one line of printable characters (at most 200), got "
                          f"{name[:60]!r}{'...' if len(name) > 60 else ''}")
     wf_seed = data.get("seed", 0) if seed is None else seed
     if isinstance(wf_seed, bool) or not isinstance(wf_seed, int) or not 0 <= wf_seed <= MAX_SEED:
         raise _err(path, f"'seed' must be an integer from 0 to {MAX_SEED} (2^63 - 1), got {wf_seed!r}")
-
     retain = data.get("retain", "all")
-    if retain not in RETAIN:
-        raise _err(path, f"'retain' must be one of {', '.join(RETAIN)} (what the store keeps of a run's tables), "
-                         f"got {retain!r}")
 
     base_dir = base if base is not None else path.resolve().parent
     raw_sources = data.get("sources") or {}
-    if not isinstance(raw_sources, Mapping):
-        raise _err(path, "'sources' must be a mapping of name -> {path: ...}")
     sources = {str(n): _source(path, base_dir, str(n), s, tables or {}) for n, s in raw_sources.items()}
 
-    raw_steps = data.get("steps")
-    if not isinstance(raw_steps, Mapping) or not raw_steps:
-        raise _err(path, "'steps' must be a non-empty mapping of step name -> {uses: ..., input: ..., with: ...}")
+    raw_steps = data["steps"]
     steps: dict[str, StepSpec] = {}
     for i, (sname, sdata) in enumerate(raw_steps.items()):
         sname = str(sname)
@@ -356,6 +371,10 @@ def workflow_from_data(data: Any, path: Path, text: str, overrides: Iterable[Any
         if step not in steps:
             raise WorkflowError(f"--set {step}.{param}: no step named {step!r}{suggest(step, steps)}", where=str(path))
         _set_path(path, steps[step].params, step, param, value)
+    if parsed:  # the overridden parameters are held to the file format too
+        changed = {**data, "steps": {**raw_steps, **{n: {**raw_steps[n], "with": steps[n].params}
+                                                       for n in dict.fromkeys(s for s, _, _ in parsed)}}}
+        check_workflow(changed, str(path), prefix="with --set " + " ".join(f"{s}.{p}" for s, p, _ in parsed))
 
     return WorkflowSpec(name=name, seed=int(wf_seed), sources=sources, steps=steps, path=path,
                         text=text, overrides=tuple(parsed), description=str(data.get("description") or ""),
@@ -393,20 +412,18 @@ def _executor(path: Path, base: Path, data: Any) -> ExecutorSpec:
 
 
 def _resources(path: Path, base: Path, data: Any) -> Resources:
-    """The ``resources:`` block. A workflow file may come from someone else, so its spill
-    folder must lie inside the workflow's own folder (``--temp-dir`` can name any folder)."""
+    """The ``resources:`` block (its format checked by the schema). A workflow file may come
+    from someone else, so its spill folder must lie inside the workflow's own folder
+    (``--temp-dir`` can name any folder)."""
     if data is None:
         return Resources()
     where = f"{path}: resources"
-    if not isinstance(data, Mapping):
-        raise WorkflowError("expected a mapping such as {memory: 2GB, threads: 4, temp_directory: tmp}", where=where)
-    _check_keys(path, data, RESOURCE_KEYS, "resources")
     memory = check_memory(data["memory"], where) if data.get("memory") is not None else None
     threads = check_threads(data["threads"], where) if data.get("threads") is not None else None
     temp = None
     if data.get("temp_directory") is not None:
         raw = data["temp_directory"]
-        if not isinstance(raw, str) or not raw.strip() or "\0" in raw:
+        if not raw.strip():
             raise WorkflowError(f"temp_directory must be a folder path, got {raw!r}", where=where)
         temp = (base / raw).resolve()
         if Path(raw).is_absolute() or not temp.is_relative_to(base):
@@ -416,14 +433,10 @@ def _resources(path: Path, base: Path, data: Any) -> Resources:
 
 
 def _source(path: Path, base: Path, name: str, data: Any, tables: Mapping[str, Any]) -> SourceSpec:
+    """One source (its format checked by the schema: keys, types, which kind)."""
     where = f"source {name!r}"
-    if not _IDENT.match(name):
-        raise _err(path, "source names start with a letter or '_' and hold letters, digits, '_' or '-'", where)
     if isinstance(data, str):
         data = {"path": data}
-    if not isinstance(data, Mapping):
-        raise _err(path, "expected {path: FILE} or {table: NAME, db: FILE}", where)
-    _check_keys(path, data, SOURCE_KEYS, where)
     if data.get("postgres") is not None or data.get("format") == "postgres":
         return _postgres_source(path, name, data, where)
     fmt = data.get("format")
@@ -446,13 +459,9 @@ def _source(path: Path, base: Path, name: str, data: Any, tables: Mapping[str, A
                 raise _err(path, f"cannot tell the format of {file!r} from its extension; add format: csv|parquet|duckdb", where)
         else:
             raise _err(path, "a source needs 'path' (a CSV or Parquet file) or 'table' (a DuckDB table)", where)
-    if fmt not in FORMATS:
-        raise _err(path, f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", where)
     if fmt == "duckdb" and not data.get("table"):
         raise _err(path, "a DuckDB source needs 'table'", where)
-    options = {k: data[k] for k in ("delimiter", "header", "quote", "na_values", "types") if k in data}
-    if "types" in options and not isinstance(options["types"], Mapping):
-        raise _err(path, "'types' must map column names to DuckDB types, e.g. {zip: VARCHAR}", where)
+    options = {k: data[k] for k in ("delimiter", "header", "quote", "na_values", "types") if data.get(k) is not None}
     if "na_values" in options:
         na = options["na_values"]
         options["na_values"] = [na] if isinstance(na, str) else list(na)
@@ -465,10 +474,6 @@ def _postgres_source(path: Path, name: str, data: Mapping, where: str) -> Source
 
     from .postgres import check_timeout
 
-    extra = [k for k in data if k not in ("postgres", "table", "query", "format", "description", "timeout")]
-    if extra:
-        raise _err(path, f"a postgres source takes postgres, table or query, timeout and description; not "
-                         f"{extra[0]!r}", where)
     problem = url_problem(data.get("postgres"))
     if problem is not None:  # never repeated: it may hold a password
         raise _err(path, f"'postgres' {problem}", where)
@@ -476,7 +481,7 @@ def _postgres_source(path: Path, name: str, data: Mapping, where: str) -> Source
     if (table is None) == (query is None):
         raise _err(path, "a postgres source needs 'table' (NAME or SCHEMA.NAME) or 'query' (a SELECT), not both", where)
     for key, value in (("table", table), ("query", query)):
-        if value is not None and (not isinstance(value, str) or not value.strip() or "\0" in value):
+        if value is not None and not value.strip():
             raise _err(path, f"'{key}' must be a non-empty string, got {value!r}", where)
     options: dict[str, Any] = {"postgres": data["postgres"]}
     if query is not None:
@@ -491,22 +496,10 @@ def _postgres_source(path: Path, name: str, data: Mapping, where: str) -> Source
 
 
 def _step(path: Path, name: str, data: Any, index: int) -> StepSpec:
-    where = f"step {name!r}"
-    if not _IDENT.match(name):
-        raise _err(path, "step names start with a letter or '_' and hold letters, digits, '_' or '-'", where)
-    if not isinstance(data, Mapping):
-        raise _err(path, "expected a mapping with 'uses', 'input' and 'with'", where)
-    _check_keys(path, data, STEP_KEYS, where)
-    uses = data.get("uses")
-    if not isinstance(uses, str) or not uses:
-        raise _err(path, "missing 'uses' (the built-in step or plugin to run)", where)
-    inputs = data.get("input", ())
-    inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs or ())
-    if not all(isinstance(i, str) for i in inputs):
-        raise _err(path, "'input' must be a name or a list of names", where)
-    after = data.get("after", ())
-    after = (after,) if isinstance(after, str) else tuple(after or ())
-    params = data.get("with") or {}
-    if not isinstance(params, Mapping):
-        raise _err(path, "'with' must be a mapping of parameter -> value", where)
-    return StepSpec(name=name, uses=uses, inputs=inputs, params=dict(params), after=after, index=index)
+    """One step (its format checked by the schema)."""
+    inputs = data.get("input") or ()
+    inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
+    after = data.get("after") or ()
+    after = (after,) if isinstance(after, str) else tuple(after)
+    return StepSpec(name=name, uses=data["uses"], inputs=inputs, params=dict(data.get("with") or {}), after=after,
+                    index=index)

@@ -214,19 +214,36 @@ def test_a_parameter_documented_under_another_step_does_not_count(tmp_path):
 
 
 def test_every_workflow_file_key_is_documented():
-    """The top-level keys in the first YAML block, the source keys in the Sources table, the
-    step keys in the Steps block of docs/workflows.md: exactly those the loader accepts."""
-    from anonflow.spec import SOURCE_KEYS, STEP_KEYS, TOP_KEYS
+    """The top-level keys in the first YAML block and the step keys in the Steps block of
+    docs/workflows.md: exactly those the file format declares (the tables are generated, below)."""
+    from anonflow.workflow_schema import step_models, workflow_model
 
     text = WORKFLOWS_MD.read_text()
     top = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, flags=re.S)[1].replace("{...}", "{}"))
-    assert set(top) == set(TOP_KEYS)
+    assert set(top) == {f.alias or n for n, f in workflow_model().model_fields.items()}
     by = {s.heading: s for s in sections(WORKFLOWS_MD)}
-    source_rows = [code_names(row[0]) for header, rows in tables(by["Sources"].own) if header[0] == "key"
-                   for row in rows]
-    assert {n for names in source_rows for n in names} == set(SOURCE_KEYS)
     step_block = re.search(r"```yaml\n(.*?)```", by["Steps"].own, flags=re.S)[1]
-    assert set(next(iter(yaml.safe_load(step_block)["steps"].values()))) == set(STEP_KEYS)
+    declared = {f.alias or n for n, f in step_models()["plugin"].model_fields.items()}
+    assert set(next(iter(yaml.safe_load(step_block)["steps"].values()))) == declared
+
+
+def test_the_reference_tables_are_generated_from_the_file_format():
+    """Every table between ``<!-- schema:NAME -->`` markers in docs/workflows.md is what the
+    declaration generates now (regenerate with ``python -m anonflow.workflow_schema``), and
+    every generated table is shown there."""
+    from anonflow.workflow_schema import MARKER, reference_tables, render_docs
+
+    text = WORKFLOWS_MD.read_text()
+    assert render_docs(text) == text, "docs/workflows.md is stale: run python -m anonflow.workflow_schema"
+    assert {m["name"] for m in MARKER.finditer(text)} == set(reference_tables())
+
+
+def test_a_stale_reference_table_is_caught(tmp_path):
+    from anonflow.workflow_schema import render_docs
+
+    text = WORKFLOWS_MD.read_text()
+    stale = text.replace("| `threads` |", "| `thread` |", 1)
+    assert stale != text and render_docs(stale) == text
 
 
 # -- first-party plugins --------------------------------------------------------------------

@@ -315,7 +315,8 @@ def test_url_checks():
 @pytest.mark.parametrize("extra, message", [
     ("", "needs 'table'"),
     (", table: a, query: 'SELECT 1'", "not both"),
-    (", table: a, delimiter: ';'", "not 'delimiter'"),
+    (", table: a, delimiter: ';'", "line 4: source 'adult': unknown key 'delimiter'; a postgres source takes postgres, "
+                                   "table, query, format, description"),
 ])
 def test_source_keys(extra, message, tmp_path):
     from anonflow.errors import WorkflowError
