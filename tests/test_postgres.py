@@ -316,7 +316,7 @@ def test_url_checks():
     ("", "needs 'table'"),
     (", table: a, query: 'SELECT 1'", "not both"),
     (", table: a, delimiter: ';'", "line 4: source 'adult': unknown key 'delimiter'; a postgres source takes postgres, "
-                                   "table, query, format, description"),
+                                   "table, query, timeout, format, description"),
 ])
 def test_source_keys(extra, message, tmp_path):
     from anonflow.errors import WorkflowError
