@@ -31,6 +31,7 @@ from .hierarchy import Hierarchy
 from .hookspecs import hookimpl
 from .params import REQUIRED, Param
 from .schema import CLASS, ROW, Attribute, Typing
+from .store import sandboxed_connection
 from .table import TypedTable
 from .generalization import (generalization, generalized_attribute, interval_label, interval_labels,
                              mark_generalized, numeric_column, set_label, set_labels, structured_columns)
@@ -50,6 +51,8 @@ __all__ = [
     "check_destination",
     # a published folder written outside the output guard gets the modes of published files
     "make_ordinary",
+    # DuckDB over Arrow tables a plugin registers: no file, URL or extension (anonflow.store)
+    "sandboxed_connection",
     # SIGTERM and SIGHUP end a block as Ctrl-C does, so that its cleanup runs (anonflow.cleanup)
     "cleanup_on_termination",
     # publishing generalized values (anonflow.generalization)

@@ -1677,13 +1677,19 @@ USER_SQL_MEMORY_LIMIT = "4GB"
 #: how long one user SQL condition may run (seconds) before it is interrupted
 USER_SQL_TIMEOUT = 300.0
 
-#: a DuckDB connection that reads no file, URL or extension beyond the one it opens
-_SANDBOX_CONFIG = {
-    "enable_external_access": False,
+#: every DuckDB connection anonflow opens: no extension is ever installed or loaded beyond those
+#: built into DuckDB (core_functions, icu, json, parquet). DuckDB's default installs one from its
+#: extension repository over the network, and loads it, as soon as a name needs it: a source's
+#: ``types: {x: INET}`` in a workflow file, or a file's type, reached a host nobody named and
+#: ran code it downloaded (docs/egress.md)
+_NO_EXTENSIONS = {
     "autoload_known_extensions": False,
     "autoinstall_known_extensions": False,
     "allow_community_extensions": False,
 }
+
+#: a DuckDB connection that reads no file, URL or extension beyond the one it opens
+_SANDBOX_CONFIG = {"enable_external_access": False, **_NO_EXTENSIONS}
 
 
 def _connect(path: str = ":memory:", *, read_only: bool = False, sandbox: bool = False, **config: Any) -> Any:
@@ -1691,7 +1697,8 @@ def _connect(path: str = ":memory:", *, read_only: bool = False, sandbox: bool =
     than two seconds, terminal or not: it broke ``--json`` and printed into pipes; anonflow
     shows its own progress). ``sandbox``: no file, network or extension access, and the
     configuration locked once set."""
-    con = duckdb.connect(path, read_only=read_only, config={**(_SANDBOX_CONFIG if sandbox else {}), **config})
+    con = duckdb.connect(path, read_only=read_only,
+                         config={**(_SANDBOX_CONFIG if sandbox else _NO_EXTENSIONS), **config})
     con.execute("SET enable_progress_bar = false")
     if sandbox:
         con.execute("SET lock_configuration = true")
@@ -1700,6 +1707,13 @@ def _connect(path: str = ":memory:", *, read_only: bool = False, sandbox: bool =
 
 def _sandbox() -> Any:
     return _connect(sandbox=True, threads=1, memory_limit=USER_SQL_MEMORY_LIMIT)
+
+
+def sandboxed_connection() -> Any:
+    """An in-memory DuckDB connection for a plugin's own SQL over Arrow tables it registers:
+    one thread (a scan in registration order), no file, URL or extension access, configuration
+    locked (:data:`_SANDBOX_CONFIG`)."""
+    return _connect(sandbox=True, threads=1)
 
 
 def _user_query(condition: str) -> str:

@@ -554,3 +554,41 @@ def test_the_statement_timeout_is_in_force_on_the_server(pgenv):
     assert setting() == (DEFAULT_TIMEOUT, "30s")
     assert setting(timeout="2.5s")[0] == "2500ms"
     assert check_timeout(30) == "30000ms" and check_timeout("1.5 min") == "90000ms"
+
+
+# -- DuckDB extensions: never installed or loaded (the lead's hostile pass) ---------------------
+
+def test_a_type_from_an_extension_installs_nothing_and_fails_in_one_line(cli, tmp_path):
+    """DuckDB installs a missing extension from its repository over the network, and loads it,
+    as soon as a name needs it: a workflow's ``types: {AGI: INET}`` made the run resolve and
+    connect to DuckDB's extension host (and would have run the code it downloaded). Now no
+    connection of the store installs or loads any extension: the run fails in one line."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(CENSUS, data / "census.csv")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(textwrap.dedent("""\
+        name: ext
+        sources:
+          census: {path: data/census.csv, types: {AGI: INET}}
+        steps:
+          typed: {uses: typing, input: census, with: {quasi: [AGI]}}
+          published: {uses: publish, input: typed, with: {publisher: csv, path: o.csv}}
+        """))
+    res = cli("run", wf, "--db", tmp_path / "s.duckdb")
+    line = one_line(res, "source 'census'", "INET")
+    assert "install" not in line.split("INET", 1)[0].lower() and "automatically install" not in line
+
+
+def test_no_store_connection_may_install_or_load_an_extension(tmp_path):
+    from anonflow.api import sandboxed_connection
+    from anonflow.store import Store
+
+    with Store(tmp_path / "s.duckdb") as store:
+        settings = store.con.execute(
+            "SELECT current_setting('autoinstall_known_extensions'), current_setting('autoload_known_extensions'), "
+            "current_setting('allow_community_extensions')").fetchone()
+    assert settings == (False, False, False)
+    con = sandboxed_connection()
+    assert con.execute("SELECT current_setting('autoinstall_known_extensions'), "
+                       "current_setting('enable_external_access')").fetchone() == (False, False)

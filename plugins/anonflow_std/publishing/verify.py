@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import pyarrow.parquet as pq
 
 from anonflow import egress
-from anonflow.api import CLASS, InputError, cleanup_on_termination, file_sha256
+from anonflow.api import CLASS, InputError, cleanup_on_termination, file_sha256, sandboxed_connection
 from anonflow.lineage import canonical_json
 
 from .checks import release_checks, show_value, threshold_misses, verdict
@@ -1243,12 +1243,10 @@ def compare_tables(a: Path, b: Path, fmt: str) -> dict[str, Any]:
     only_a, only_b, detail}``; ``same`` means the same columns and the same multiset of records.
     Files are read through Arrow datasets (no glob expansion of their names); CSV columns are
     typed by the same inference on both sides."""
-    import duckdb
     import pyarrow.dataset as ds
 
-    con = duckdb.connect(":memory:")
+    con = sandboxed_connection()  # one thread: a scan in file order (row_number() OVER () numbers records as stored)
     try:
-        con.execute("SET threads TO 1")  # a scan in file order: row_number() OVER () numbers records as stored
         for name, path in (("a", a), ("b", b)):
             con.register(name, ds.dataset(str(path), format="parquet" if fmt == "parquet" else "csv"))
         cols_a = [(r[0], r[1]) for r in con.execute("DESCRIBE a").fetchall()]
