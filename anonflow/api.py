@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, Mapping
 import numpy as np
 import pyarrow as pa
 
-from .cleanup import cleanup_on_termination
+from .cleanup import cleanup_on_termination, fsync_folder
 from .errors import AnonflowError, InputError, PluginError, PurgedError, RunError
 from .filemodes import make_ordinary
 from .hierarchy import Hierarchy
@@ -55,6 +55,8 @@ __all__ = [
     "sandboxed_connection",
     # SIGTERM and SIGHUP end a block as Ctrl-C does, so that its cleanup runs (anonflow.cleanup)
     "cleanup_on_termination",
+    # a folder's new, renamed or removed entries made durable (anonflow.cleanup)
+    "fsync_folder",
     # publishing generalized values (anonflow.generalization)
     "interval_label", "interval_labels", "set_label", "set_labels", "generalized_attribute", "mark_generalized",
     "generalization", "structured_columns", "numeric_column",

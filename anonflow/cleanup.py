@@ -80,7 +80,7 @@ class Journal:
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._fd: int | None = fd
         self._write({"op": "begin", "run": run_id, "store": store, "out": str(self.folder), "pid": os.getpid()})
-        _fsync_folder(self.folder)
+        fsync_folder(self.folder)
 
     def _write(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -164,7 +164,8 @@ class LazyJournal:
             self.journal.close()
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
+    """Make a folder's entries (files created, renamed or removed in it) durable; best effort."""
     try:
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:

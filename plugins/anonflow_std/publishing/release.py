@@ -50,7 +50,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from anonflow.api import (CLASS, ROW, InputError, Output, Param, Publisher, RunError, RunInfo, StepContext,
-                          TypedTable, Typing, file_sha256, make_ordinary)
+                          TypedTable, Typing, file_sha256, fsync_folder, make_ordinary)
 from anonflow.lineage import canonical_json
 
 from .. import __version__
@@ -198,19 +198,6 @@ def write_csv(path: Path, data: pa.Table) -> None:
     pacsv.write_csv(csv_ready(data), str(path), write_options=pacsv.WriteOptions(include_header=True))
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -234,7 +221,7 @@ def remove_stale(parent: Path, name: str) -> None:
 def swap_into_place(tmp: Path, target: Path) -> None:
     """Rename the finished directory ``tmp`` onto ``target``; an existing release there is
     moved aside first and removed only once the new one is in place."""
-    _fsync_dir(tmp)
+    fsync_folder(tmp)
     old = None
     if target.exists() or target.is_symlink():
         if not target.is_dir() or target.is_symlink():
@@ -251,7 +238,7 @@ def swap_into_place(tmp: Path, target: Path) -> None:
         if old is not None:
             os.replace(old, target)
         raise
-    _fsync_dir(target.parent)
+    fsync_folder(target.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
