@@ -539,7 +539,7 @@ BAD = [
     ("partition, input: typed, with: {by: [_row]}", "'_row' is anonflow's own column"),
     ("partition, input: typed, with: {columns: [_fragment]}", "'_fragment' is anonflow's own column"),
     ("partition, input: typed, with: {by: [_class]}", "'_class' is anonflow's own column"),
-    ("partition, input: typed, with: {max_records: 1}", "parameter 'max_records'"),
+    ("partition, input: typed, with: {max_records: 1}", "with.max_records: expected an integer >= 2"),
     ("partition, input: typed, with: {by: [sex, sex]}", "names a column twice"),
 ]
 
@@ -1132,10 +1132,10 @@ EXECUTOR_BLOCKS = [
     ("{work_dir: /tmp}", "lies outside the workflow's folder"),
     ("{kind: processes, workers: 2, work_dir: inside/../../out}", "lies outside the workflow's folder"),
     ("processes:0", "'workers' must be a whole number from 1 to 4096"),
-    ("{kind: processes, workers: true}", "'workers' must be a whole number"),
+    ("{kind: processes, workers: true}", "executor.workers: expected an integer >= 1"),
     ("local:3", "the local executor runs one fragment at a time"),
     ("spark", "unknown executor 'spark'"),
-    ("{kind: spark}", "unknown executor 'spark'"),
+    ("{kind: spark}", "executor.kind must be one of local, processes, dask"),
     ('{kind: processes, address: "tcp://127.0.0.1:8786"}', "an address is for the dask executor"),
     ('{kind: dask, workers: 2, address: "tcp://127.0.0.1:8786"}', "not both"),
     ("{kind: dask, nodes: 3}", "unknown key 'nodes'"),
