@@ -1697,9 +1697,12 @@ def _connect(path: str = ":memory:", *, read_only: bool = False, sandbox: bool =
     than two seconds, terminal or not: it broke ``--json`` and printed into pipes; anonflow
     shows its own progress). ``sandbox``: no file, network or extension access, and the
     configuration locked once set."""
-    con = duckdb.connect(path, read_only=read_only,
-                         config={**(_SANDBOX_CONFIG if sandbox else _NO_EXTENSIONS), **config})
+    con = duckdb.connect(path, read_only=read_only, config={**(_SANDBOX_CONFIG if sandbox else {}), **config})
     con.execute("SET enable_progress_bar = false")
+    # set, not passed as configuration: DuckDB refuses a second connection to the same file in one
+    # process with another configuration (the caller's own duckdb.connect(store) next to the API)
+    for name, value in _NO_EXTENSIONS.items():
+        con.execute(f"SET GLOBAL {name} = {'true' if value else 'false'}")
     if sandbox:
         con.execute("SET lock_configuration = true")
     return con
