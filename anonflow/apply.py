@@ -98,7 +98,7 @@ def prepare_batch(workflow_text: str, step: str, new_data: Path, scratch: Path, 
     from .dag import build_plan
     from . import egress
     from .runner import Runner
-    from .spec import load_workflow
+    from .workflow.spec import load_workflow
     from .store import Store
 
     new_data = Path(new_data)

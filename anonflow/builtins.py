@@ -37,7 +37,7 @@ from .params import Param, ParamError, suggest, validate_params
 from .schema import CLASS, FRAGMENT, ROW, TYPES, Attribute, Typing
 from .store import ident
 from .table import TypedTable
-from .workflow_schema import COLUMN_LIST, METRICS, ROLE_COLUMNS, THRESHOLDS
+from .workflow.model import COLUMN_LIST, METRICS, ROLE_COLUMNS, THRESHOLDS
 
 MISSING_CATEGORY = "?"
 

@@ -20,7 +20,7 @@ from . import __version__
 from .dag import build_plan
 from .errors import AnonflowError
 from .plugins import get_registry
-from .spec import RETAIN, load_workflow
+from .workflow.spec import RETAIN, load_workflow
 from .retention import KEEP
 from .store import DatabaseError, Store
 
@@ -261,7 +261,7 @@ def _run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], 
          executor: str | None, work_dir: Path | None, retain: str | None) -> None:
     from .executors import ExecutorSpec, parse_executor
     from .runner import Runner
-    from .spec import Resources, check_memory
+    from .workflow.spec import Resources, check_memory
 
     spec = load_workflow(workflow, overrides, seed)
     resources = Resources(check_memory(memory, "--memory") if memory is not None else None, threads,
@@ -864,7 +864,7 @@ def schema() -> None:
     """Print the JSON Schema of workflow files (the file anonflow ships as
     anonflow/schemas/workflow.schema.json), for editors: with yaml-language-server, a first
     line '# yaml-language-server: $schema=PATH' in a workflow file makes it checked as you type."""
-    from .workflow_schema import json_schema_text
+    from .workflow.reference import json_schema_text
 
     click.echo(json_schema_text(), nl=False)
 

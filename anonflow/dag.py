@@ -20,7 +20,7 @@ from .errors import AnonflowError, InputError, WorkflowError
 from .params import ParamError, suggest, validate_params
 from .plugins import Registered, Registry
 from .schema import CLASS, FRAGMENT, ROW
-from .spec import SourceSpec, WorkflowSpec
+from .workflow.spec import SourceSpec, WorkflowSpec
 from .store import describe_source
 
 

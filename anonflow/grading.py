@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import yaml
 
 from .errors import InputError, WorkflowError
-from .spec import load_yaml
+from .safeyaml import load_yaml
 
 
 @dataclass(frozen=True)

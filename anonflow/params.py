@@ -46,7 +46,7 @@ class Param:
     :param help: one line shown by ``anonflow plugins`` and in the docs.
     :param shape: for ``any`` (or ``list``/``dict``) parameters of the built-in steps: a type
         annotation (pydantic) of the value's structure, which the workflow file's schema
-        checks and documents (:mod:`anonflow.workflow_schema`).
+        checks and documents (:mod:`anonflow.workflow.model`).
     """
 
     name: str

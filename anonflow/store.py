@@ -35,7 +35,7 @@ from .errors import AnonflowWarning, InputError, PurgedError, StoreError, Workfl
 from .filemodes import enter_private, leave_private, open_to_others
 from .hierarchy import Hierarchy
 from .schema import FRAGMENT, RESERVED, ROW, Typing
-from .spec import Resources, SourceSpec
+from .workflow.spec import Resources, SourceSpec
 from .table import Stored, TableHasher, TypedTable, canonical, table_hash
 
 #: Numbered migrations; append only, never edit one that has shipped.

@@ -133,7 +133,7 @@ def run_workflow(workflow: str | os.PathLike[str], tmp_path: str | os.PathLike[s
     from .dag import build_plan
     from .plugins import get_registry
     from .runner import Runner
-    from .spec import load_workflow
+    from .workflow.spec import load_workflow
 
     tmp = Path(tmp_path)
     tmp.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 
 from .errors import AnonflowError, InputError, StoreError, WorkflowError
+from .params import suggest
+from .workflow.model import top_level_keys
 
 if TYPE_CHECKING:
     import datetime
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     import pandas
     import pyarrow as pa
 
-    from .spec import WorkflowSpec
+    from .workflow.spec import WorkflowSpec
     from .store import Store
 
 __all__ = ["Anonymized", "Result", "Workflow", "anonymize", "load"]
@@ -50,7 +52,6 @@ Sources = Union[Mapping[str, Any], None]
 #: the API's default store: in memory, open as long as the run's :class:`Result`
 DEFAULT_DB = ":memory:"
 
-_WORKFLOW_KEYS = ("name", "description", "seed", "resources", "executor", "retain", "sources", "steps")
 
 
 def load(path: PathLike, *, sources: Sources = None) -> "Workflow":
@@ -160,12 +161,11 @@ class Workflow:
         ``sources``, ``steps``...); a source may be an in-memory table."""
         if not isinstance(data, Mapping):
             raise WorkflowError(f"expected a mapping with keys name, seed, sources, steps, got {type(data).__name__}")
-        unknown = [k for k in data if k not in _WORKFLOW_KEYS]
+        keys = top_level_keys()
+        unknown = [k for k in data if k not in keys]
         if unknown:
-            from .params import suggest
-
-            raise WorkflowError(f"unknown key {unknown[0]!r}{suggest(str(unknown[0]), _WORKFLOW_KEYS)}; expected one "
-                                f"of {', '.join(_WORKFLOW_KEYS)}", where=f"<{data.get('name') or 'workflow'}>")
+            raise WorkflowError(f"unknown key {unknown[0]!r}{suggest(str(unknown[0]), keys)}; expected one "
+                                f"of {', '.join(keys)}", where=f"<{data.get('name') or 'workflow'}>")
         sources = data.get("sources") or {}
         steps = data.get("steps") or {}
         if not isinstance(sources, Mapping) or not isinstance(steps, Mapping):
@@ -253,7 +253,7 @@ class Workflow:
         """The workflow as a mapping shaped like its file (in-memory sources as their Arrow
         tables); :meth:`from_dict` takes it back."""
         if self._path is not None:
-            from .spec import read_workflow
+            from .workflow.spec import read_workflow
 
             data = read_workflow(self._path)[1]
             if not isinstance(data, Mapping):
@@ -282,7 +282,7 @@ class Workflow:
             return {"format": "arrow", "sha256": hashes[name]} if name in tables else source
 
         if self._path is not None:
-            from .spec import read_workflow
+            from .workflow.spec import read_workflow
 
             text, data = read_workflow(self._path)
             if not tables or not isinstance(data, Mapping) or not isinstance(data.get("sources"), Mapping):
@@ -291,13 +291,13 @@ class Workflow:
             return str(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100))
         data = dict(self._data)
         data["sources"] = {n: memory(n, s) for n, s in self._data["sources"].items()}
-        ordered = {k: data[k] for k in _WORKFLOW_KEYS if k in data}
+        ordered = {k: data[k] for k in top_level_keys() if k in data}
         return str(yaml.safe_dump(_plain(ordered, self._where), sort_keys=False, allow_unicode=True, width=100))
 
     def _source_names(self) -> list[str]:
         if self._path is None:
             return list(self._data["sources"])
-        from .spec import read_workflow
+        from .workflow.spec import read_workflow
 
         data = read_workflow(self._path)[1]
         sources = data.get("sources") if isinstance(data, Mapping) else None
@@ -338,7 +338,7 @@ class Workflow:
     def spec(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None) -> "WorkflowSpec":
         """The validated :class:`~anonflow.spec.WorkflowSpec` (``set=``, ``seed=`` and
         ``sources=`` applied), as ``load_workflow`` gives the CLI."""
-        from .spec import MAX_SEED, load_workflow, load_yaml, workflow_from_data
+        from .workflow.spec import MAX_SEED, load_workflow, load_yaml, workflow_from_data
 
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
             raise WorkflowError(f"seed must be an integer from 0 to {MAX_SEED} (2^63 - 1), got {seed!r}")
@@ -419,7 +419,7 @@ class Workflow:
         from .executors import ExecutorSpec, executor_spec
         from .plugins import get_registry
         from .runner import Runner
-        from .spec import Resources, check_memory, check_threads
+        from .workflow.spec import Resources, check_memory, check_threads
         from .store import Store
 
         spec = self.spec(set=set, seed=seed, sources=sources)

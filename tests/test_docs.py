@@ -216,7 +216,7 @@ def test_a_parameter_documented_under_another_step_does_not_count(tmp_path):
 def test_every_workflow_file_key_is_documented():
     """The top-level keys in the first YAML block and the step keys in the Steps block of
     docs/workflows.md: exactly those the file format declares (the tables are generated, below)."""
-    from anonflow.workflow_schema import step_models, workflow_model
+    from anonflow.workflow.model import step_models, workflow_model
 
     text = WORKFLOWS_MD.read_text()
     top = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, flags=re.S)[1].replace("{...}", "{}"))
@@ -229,17 +229,17 @@ def test_every_workflow_file_key_is_documented():
 
 def test_the_reference_tables_are_generated_from_the_file_format():
     """Every table between ``<!-- schema:NAME -->`` markers in docs/workflows.md is what the
-    declaration generates now (regenerate with ``python -m anonflow.workflow_schema``), and
+    declaration generates now (regenerate with ``python -m anonflow.workflow.reference``), and
     every generated table is shown there."""
-    from anonflow.workflow_schema import MARKER, reference_tables, render_docs
+    from anonflow.workflow.reference import MARKER, reference_tables, render_docs
 
     text = WORKFLOWS_MD.read_text()
-    assert render_docs(text) == text, "docs/workflows.md is stale: run python -m anonflow.workflow_schema"
+    assert render_docs(text) == text, "docs/workflows.md is stale: run python -m anonflow.workflow.reference"
     assert {m["name"] for m in MARKER.finditer(text)} == set(reference_tables())
 
 
 def test_a_stale_reference_table_is_caught(tmp_path):
-    from anonflow.workflow_schema import render_docs
+    from anonflow.workflow.reference import render_docs
 
     text = WORKFLOWS_MD.read_text()
     stale = text.replace("| `threads` |", "| `thread` |", 1)
@@ -422,7 +422,7 @@ def test_readme_example_workflow_is_the_shipped_file():
 def test_readme_quotes_what_the_shipped_workflow_gives(tmp_path):
     """Run the README's workflow (about 3 s) and compare with the figures and files it quotes."""
     from anonflow.runner import Runner
-    from anonflow.spec import load_workflow
+    from anonflow.workflow.spec import load_workflow
     from anonflow.store import Store
 
     text = readme_section("Try it (fresh machine, Python >= 3.11)").own

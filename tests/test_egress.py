@@ -541,7 +541,7 @@ def test_the_statement_timeout_is_in_force_on_the_server(pgenv):
     """The session a source is read in has ``statement_timeout`` set: DEFAULT_TIMEOUT without
     ``timeout:``, the source's own with it (read back from the server)."""
     from anonflow.postgres import DEFAULT_TIMEOUT, SourceReader, check_timeout
-    from anonflow.spec import SourceSpec
+    from anonflow.workflow.spec import SourceSpec
 
     def setting(**options) -> str:
         src = SourceSpec("q", "postgres", options={"postgres": pgenv.url(), "query": "SELECT current_setting("

@@ -36,7 +36,7 @@ import yaml
 from click.testing import CliRunner
 
 from anonflow.errors import WorkflowError
-from anonflow.spec import load_workflow
+from anonflow.workflow.spec import load_workflow
 
 from .conftest import DATA, write
 

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from anonflow import plugins
 from anonflow.postgres import display, url_problem
-from anonflow.spec import load_workflow
+from anonflow.workflow.spec import load_workflow
 
 from . import pgserver
 
@@ -74,7 +74,7 @@ def table_exists(pg, name: str) -> bool:
 
 def adult_arrow() -> pa.Table:
     """adult.csv as anonflow reads it (DuckDB's types: age BIGINT, the rest VARCHAR), in file order."""
-    from anonflow.spec import SourceSpec
+    from anonflow.workflow.spec import SourceSpec
     from anonflow.store import Store
 
     with Store(":memory:") as store:

@@ -14,7 +14,7 @@ import pytest
 
 from anonflow.api import Algorithm, TypedTable
 from anonflow.errors import WorkflowError
-from anonflow.spec import Resources, load_workflow
+from anonflow.workflow.spec import Resources, load_workflow
 from anonflow.store import Store
 from anonflow.table import table_hash
 

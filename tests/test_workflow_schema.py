@@ -1,4 +1,4 @@
-"""The workflow file format is declared once (anonflow/workflow_schema.py) and checked before
+"""The workflow file format is declared once (anonflow/workflow/model.py) and checked before
 anything else reads a file: each problem is one line naming the file, the line and the key,
 exit code 2. The declaration ships as a JSON Schema; hostile inputs that used to end in a
 traceback (``input: -1``, ``metrics: true``, a NUL byte in a path, ``inf`` in a continuous
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import anonflow
-from anonflow.workflow_schema import json_schema_text
+from anonflow.workflow.reference import json_schema_text
 
 from .conftest import ROOT, census_workflow, write
 
@@ -38,7 +38,7 @@ def line_of(path: Path, text: str) -> int:
 
 def test_the_shipped_json_schema_is_what_the_declaration_generates(cli):
     assert SCHEMA_FILE.read_text(encoding="utf-8") == json_schema_text(), \
-        "anonflow/schemas/workflow.schema.json is stale: run python -m anonflow.workflow_schema"
+        "anonflow/schemas/workflow.schema.json is stale: run python -m anonflow.workflow.reference"
     res = cli("schema")
     assert res.exit_code == 0 and res.output == json_schema_text()
     schema = json.loads(res.output)
@@ -50,7 +50,7 @@ def test_the_shipped_json_schema_is_what_the_declaration_generates(cli):
 def test_the_json_schema_knows_each_built_in_step_and_its_parameters():
     from anonflow.builtins import BUILTINS
 
-    from anonflow.workflow_schema import NAME_PATTERN
+    from anonflow.workflow.model import NAME_PATTERN
 
     steps = json.loads(json_schema_text())["properties"]["steps"]
     assert steps["additionalProperties"] is False and steps["minProperties"] == 1

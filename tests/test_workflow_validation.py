@@ -5,7 +5,7 @@ import pytest
 from anonflow.dag import build_plan
 from anonflow.errors import InputError, WorkflowError
 from anonflow.plugins import get_registry
-from anonflow.spec import load_workflow, parse_override
+from anonflow.workflow.spec import load_workflow, parse_override
 
 from .conftest import census_workflow, write
 
@@ -59,7 +59,7 @@ def test_cycle_is_named(project):
 
 
 def test_a_dotted_set_changes_one_key_of_a_mapping_parameter(project):
-    from anonflow.spec import load_workflow
+    from anonflow.workflow.spec import load_workflow
 
     wf = census_workflow(project)
     spec = load_workflow(wf, ["scores.thresholds.sse-il.max=30", "scores.thresholds.sse-il.min=1"])

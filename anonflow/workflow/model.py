@@ -6,11 +6,11 @@ each step -- a built-in step's ``with:`` block from that step's :class:`~anonflo
 declarations (:data:`anonflow.builtins.BUILTINS`), a plugin step's as a mapping of parameter
 names to plain values (the plugin's own declaration checks them when the graph is built).
 
-:func:`check_workflow` validates a parsed file before any other code reads it; its error is
-one line naming the file, the line (from :class:`Marks`, recorded by the YAML loader) and the
-key. The same declaration gives the JSON Schema shipped as ``anonflow/schemas/workflow.schema.json``
-(:func:`json_schema`; ``anonflow schema`` prints it) and the reference tables of
-docs/workflows.md (:func:`reference_tables`).
+:func:`~anonflow.workflow.checking.check_workflow` validates a parsed file before any other code reads it; its error is
+one line naming the file, the line (from :class:`~anonflow.safeyaml.Marks`, recorded by the YAML loader) and the
+key (:mod:`anonflow.workflow.checking`). The same declaration gives the JSON Schema shipped as
+``anonflow/schemas/workflow.schema.json`` and the reference tables of docs/workflows.md
+(:mod:`anonflow.workflow.reference`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PlainValidato
                       ValidationError, WithJsonSchema, model_validator)
 from pydantic_core import PydanticCustomError
 
-from .params import Param, ParamError, suggest
+from ..params import Param, ParamError, suggest
 
 #: the largest (and smallest) integer a workflow file may hold: DuckDB's and numpy's 64 bits
 INT_MAX = 2**63 - 1
@@ -607,14 +607,20 @@ def _uses_is(name: str) -> Any:
 PLUGIN_WITH = dict[Annotated[str, PlainValidator(_text)], Value]
 
 
+def builtin_steps() -> dict[str, Any]:
+    """The built-in steps and their parameter declarations (:data:`anonflow.builtins.BUILTINS`)."""
+    from ..builtins import BUILTINS  # deferred: the built-in steps declare their parameters with this module's types
+
+    return BUILTINS
+
+
 @lru_cache(maxsize=1)
 def step_models() -> dict[str, type[Block]]:
     """One model per built-in step (``uses`` fixed, ``with`` from its parameters) and
     ``plugin`` (any other ``uses``: an algorithm plugin, whose parameters its declaration checks)."""
     from pydantic import create_model
 
-    from .builtins import BUILTINS
-
+    BUILTINS = builtin_steps()
     out: dict[str, type[Block]] = {}
     for uses, b in BUILTINS.items():
         if uses == "hierarchy":
@@ -676,8 +682,7 @@ def _publish_with(model: type[Block]) -> Callable[[Any], Any]:
 
 
 def _step_kind(value: Any) -> str:
-    from .builtins import BUILTINS
-
+    BUILTINS = builtin_steps()
     uses = value.get("uses") if isinstance(value, dict) else None
     return f"uses={uses}" if isinstance(uses, str) and uses in BUILTINS else "uses=plugin"
 
@@ -715,6 +720,11 @@ def workflow_model() -> type[Block]:
     )
 
 
+def top_level_keys() -> tuple[str, ...]:
+    """The keys a workflow file may hold at its top level, in the declaration's order."""
+    return tuple(f.alias or n for n, f in workflow_model().model_fields.items())
+
+
 def _one_line(value: Any) -> str:
     if not isinstance(value, str) or len(value) > 200 or not value.isprintable():
         text = shown(value[:60] + ("..." if len(value) > 60 else "")) if isinstance(value, str) else shown(value)
@@ -732,271 +742,3 @@ def _steps_check(adapter: TypeAdapter) -> Callable[[Any], Any]:
         adapter.validate_python(value, strict=True)
         return value
     return check
-
-
-# -- validation and its one-line error --------------------------------------------------
-
-class Marks:
-    """Where each key and list item of a parsed YAML file is (1-based lines), by the identity of
-    the mapping or list that holds it (:func:`anonflow.spec.load_yaml_marked` records them)."""
-
-    def __init__(self) -> None:
-        self._by: dict[int, tuple[Any, Any, int]] = {}
-
-    def add(self, container: Any, lines: Any, line: int) -> None:
-        self._by[id(container)] = (container, lines, line)
-
-    def line(self, data: Any, path: Iterable[Any]) -> int | None:
-        """The line of the key (or item) at ``path`` in ``data``, or of the nearest enclosing one."""
-        found = None
-        node = data
-        for key in path:
-            entry = self._by.get(id(node))
-            if entry is None or entry[0] is not node:
-                break
-            _, lines, own = entry
-            found = found or own
-            if isinstance(node, dict) and key in node:
-                found = lines.get(key, found)
-                node = node[key]
-            elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
-                found = lines[key]
-                node = node[key]
-            else:
-                break
-        else:
-            entry = self._by.get(id(node))
-            if found is None and entry is not None and entry[0] is node:
-                found = entry[2]
-        return found
-
-
-def _data_path(data: Any, loc: tuple) -> tuple:
-    """``loc`` less the elements pydantic adds that are no keys of ``data`` (union tags, ``[key]``)."""
-    out: list[Any] = []
-    node = data
-    for item in loc:
-        if isinstance(node, dict) and item in node:
-            out.append(item)
-            node = node[item]
-        elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
-            out.append(item)
-            node = node[item]
-    return tuple(out)
-
-
-def _follow(data: Any, path: tuple) -> tuple:
-    """The part of ``path`` (keys relative to an error's place) that exists in ``data``."""
-    return _data_path(data, path)
-
-
-def key_text(path: tuple) -> str:
-    """A key path as messages show it: ``with.quasi.age``, ``metrics[2]``."""
-    out = ""
-    for k in path:
-        if isinstance(k, int):
-            out += f"[{k}]"
-        elif isinstance(k, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", k):
-            out += ("." if out else "") + k
-        else:
-            out += f"[{shown(k)}]"
-    return out
-
-
-def where_parts(path: tuple) -> tuple[list[str], tuple]:
-    """The named part of a location (``step 'a'``, ``source 's'``) and the key path after it."""
-    if len(path) >= 2 and path[0] in ("steps", "sources") and isinstance(path[1], str):
-        return [f"{path[0][:-1]} {path[1]!r}"], tuple(path[2:])
-    return [], tuple(path)
-
-
-def describe_error(exc: ValidationError, data: Any) -> tuple[tuple, str, tuple]:
-    """The one error to report of ``exc`` (the deepest in ``data``; alternatives at one place
-    merged into one "expected A or B") as (key path in ``data``, message without the key, the
-    path whose line to show)."""
-    found: list[tuple[tuple, dict]] = []
-    for err in exc.errors(include_url=False):
-        path = _data_path(data, err["loc"])
-        ctx = err.get("ctx") or {}
-        at = tuple(ctx.get("at") or ())
-        if at:
-            node = data
-            for k in path:
-                node = node[k]
-            path = path + _follow(node, at)
-        found.append((path, err))
-    deepest = max(len(p) for p, _ in found)
-    here = [(p, e) for p, e in found if len(p) == deepest]
-    path = here[0][0]
-    said = [e for _, e in here if e["type"] == "said"]
-    if said:
-        ctx = said[0]["ctx"]
-        node = data
-        for k in path:
-            node = node[k]
-        return path, ctx["message"], path + _follow(node, tuple(ctx.get("line_at") or ()))
-    if here[0][1]["type"] == "expected":
-        return path, here[0][1]["msg"], path
-    expected = []
-    for _, e in here:
-        text = _expected(e)
-        if text not in expected:
-            expected.append(text)
-    node = data
-    for k in path:
-        node = node[k]
-    return path, f"expected {' or '.join(expected)}, got {shown(here[0][1].get('input', node))}", path
-
-
-_EXPECTED = {"string_type": "text", "int_type": "an integer", "int_from_float": "an integer", "float_type": "a number",
-             "bool_type": "true or false", "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
-             "model_attributes_type": "a mapping", "none_required": "null", "missing": "a value",
-             "extra_forbidden": "no such key"}
-
-
-def _expected(err: dict) -> str:
-    ctx = err.get("ctx") or {}
-    if err["type"] == "expected":
-        return str(ctx["expected"])
-    if err["type"] == "too_short":
-        return f"at least {ctx.get('min_length')} item(s)"
-    if err["type"] == "too_long":
-        return f"at most {ctx.get('max_length')} item(s)"
-    if err["type"] == "literal_error":
-        return f"one of {ctx.get('expected')}"
-    return _EXPECTED.get(err["type"], err["msg"].lower())
-
-
-def check_data(data: Any, model: type[BaseModel] | None = None) -> None:
-    """Validate parsed workflow data (raises :class:`pydantic.ValidationError`)."""
-    (model or workflow_model()).model_validate(data, strict=True)
-
-
-def check_workflow(data: Any, file: str, marks: Marks | None = None, *, prefix: str | None = None) -> None:
-    """Validate ``data`` (a parsed workflow file) against the declaration; raise a
-    :class:`~anonflow.errors.WorkflowError` in one line naming ``file``, the line (when
-    ``marks`` knows it) and the key."""
-    from .errors import WorkflowError
-
-    if not isinstance(data, dict):
-        raise WorkflowError("expected a mapping with keys name, seed, sources, steps, got " + shown(data), where=file)
-    try:
-        check_data(data)
-    except ValidationError as exc:
-        path, message, line_path = describe_error(exc, data)
-        line = marks.line(data, line_path) if marks is not None else None
-        named, rest = where_parts(path)
-        where = [file] + ([prefix] if prefix else []) + ([f"line {line}"] if line else []) + named
-        if "{key}" in message:
-            key = (repr(rest[0]) if len(rest) == 1 else key_text(rest)) if rest else (named[0] if named else "the file")
-            message = message.replace("{key}", key)
-        elif rest:
-            message = f"{key_text(rest)}: {message}"
-        raise WorkflowError(message, where=": ".join(where)) from None
-
-
-# -- the JSON Schema and the reference tables -------------------------------------------
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a workflow file, as shipped in
-    ``anonflow/schemas/workflow.schema.json``."""
-    schema = workflow_model().model_json_schema(by_alias=True)
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
-            "title": "anonflow workflow", **{k: v for k, v in schema.items() if k != "title"}}
-
-
-def json_schema_text() -> str:
-    import json
-
-    return json.dumps(json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _default(p: Param) -> str:
-    if p.required:
-        return "required"
-    if p.default is None:
-        return "none"
-    import json
-
-    return f"`{p.default}`" if isinstance(p.default, str) else f"`{json.dumps(p.default)}`"
-
-
-#: the kinds of source, as the reference table names them
-SOURCE_KINDS = {"file": FileSource, "DuckDB": DuckdbSource, "PostgreSQL": PostgresSource, "in-memory": MemorySource}
-#: built-in steps documented in one section share one table, each row saying which step it is for
-SHARED_SECTIONS = {"filter": "filter,sample", "sample": "filter,sample"}
-
-
-def _key_rows(model: type[BaseModel]) -> list[str]:
-    return [f"| `{f.alias or n}` | {_cell(f.description or '')} |" for n, f in model.model_fields.items()]
-
-
-def reference_tables() -> dict[str, str]:
-    """The Markdown tables docs/workflows.md shows between ``<!-- schema:NAME -->`` and
-    ``<!-- /schema:NAME -->``: ``top`` (the top-level keys), ``resources``, ``executor`` (its
-    mapping form), ``sources`` (every key of every kind of source), ``steps`` (a step's keys),
-    and ``with:STEP`` for each built-in step with parameters (``with:filter,sample`` for the
-    section the two share)."""
-    from .builtins import BUILTINS
-
-    head = "| key | meaning |\n| --- | --- |\n"
-    out = {"top": head + "\n".join(_key_rows(workflow_model())),
-           "resources": head + "\n".join(_key_rows(Resources)),
-           "executor": head + "\n".join(_key_rows(Executor))}
-    keys: dict[str, tuple[list[str], list[str]]] = {}
-    for kind, model in SOURCE_KINDS.items():
-        for n, f in model.model_fields.items():
-            kinds, texts = keys.setdefault(f.alias or n, ([], []))
-            kinds.append(kind)
-            if f.description and f.description not in texts:
-                texts.append(f.description)
-    out["sources"] = "| key | sources | meaning |\n| --- | --- | --- |\n" + "\n".join(
-        f"| `{k}` | {', '.join(kinds) if len(kinds) < len(SOURCE_KINDS) else 'all'} | {_cell('; '.join(texts))} |"
-        for k, (kinds, texts) in keys.items())
-    plugin = step_models()["plugin"]
-    out["steps"] = head + "\n".join(_key_rows(plugin))
-    for uses, b in BUILTINS.items():
-        if not b.params:
-            continue
-        name = "with:" + SHARED_SECTIONS.get(uses, uses)
-        rows = out.get(name, "| parameter | default | meaning |\n| --- | --- | --- |").split("\n")
-        rows += [f"| `{p.name}` | {_default(p)} | {_cell(p.help)} |" for p in b.params]
-        if uses == "publish":
-            rows.append("| other keys | | the publisher's own parameters (`path`, ...) |")
-        out[name] = "\n".join(rows)
-    return out
-
-
-MARKER = re.compile(r"<!-- schema:(?P<name>[^ ]+) -->\n(?P<body>.*?)<!-- /schema:(?P=name) -->", re.S)
-
-
-def render_docs(text: str) -> str:
-    """``text`` (docs/workflows.md) with every generated table written anew from the declaration."""
-    tables = reference_tables()
-
-    def fill(m: re.Match) -> str:
-        name = m["name"]
-        if name not in tables:
-            raise KeyError(f"docs marker schema:{name} names no generated table; known: {', '.join(tables)}")
-        return f"<!-- schema:{name} -->\n{tables[name]}\n<!-- /schema:{name} -->"
-    return MARKER.sub(fill, text)
-
-
-def _main() -> None:  # pragma: no cover - a maintainer's command
-    """``python -m anonflow.workflow_schema``: write the shipped JSON Schema and the generated
-    tables of docs/workflows.md anew from the declaration."""
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parent
-    (here / "schemas" / "workflow.schema.json").write_text(json_schema_text(), encoding="utf-8")
-    docs = here.parent / "docs" / "workflows.md"
-    if docs.is_file():
-        docs.write_text(render_docs(docs.read_text(encoding="utf-8")), encoding="utf-8")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _main()

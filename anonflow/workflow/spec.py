@@ -1,8 +1,8 @@
 """Loading a declarative workflow file into a :class:`WorkflowSpec`.
 
-This module knows the file format only: it checks structure and spelling, applies
-``--set`` overrides and resolves paths. The graph is built and checked in
-:mod:`anonflow.dag`; nothing here touches data or the store.
+This module knows the file format only: it checks structure and spelling (against
+:mod:`anonflow.workflow.model`), applies ``--set`` overrides and resolves paths. The graph is
+built and checked in :mod:`anonflow.dag`; nothing here touches data or the store.
 """
 
 from __future__ import annotations
@@ -14,18 +14,14 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .errors import InputError, WorkflowError
-from .executors import ExecutorSpec, executor_spec
-from .params import suggest
-from . import workflow_schema as _schema
-from .workflow_schema import Marks, check_workflow
-
-#: the memory size pattern and the other declarations of the file format live in
-#: anonflow.workflow_schema; these names are kept for the modules that import them from here
-MEMORY_SIZE = _schema.MEMORY_SIZE
-RETAIN = _schema.RETAIN
-FORMATS = _schema.FORMATS
-IN_MEMORY = _schema.IN_MEMORY
+from ..egress import check_scheduler
+from ..errors import InputError, WorkflowError
+from ..executors import ExecutorSpec, executor_spec
+from ..params import suggest
+from ..postgres import check_timeout, url_problem
+from ..safeyaml import DuplicateKeyError, Marks, TooLargeError, load_yaml, load_yaml_marked
+from .checking import check_workflow
+from .model import FORMATS, IN_MEMORY, MAX_SEED, MEMORY_SIZE, RETAIN
 
 
 @dataclass(frozen=True)
@@ -142,108 +138,9 @@ def _err(path: Path, message: str, *parts: str) -> WorkflowError:
     return WorkflowError(message, where=": ".join((str(path), *parts)))
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a mapping key given twice (PyYAML keeps the last one
-    silently: a step written twice, or ``k: 5`` then ``k: 2``, would run the wrong workflow)."""
-
-
-def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    loader.flatten_mapping(node)
-    seen: dict[Any, Any] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            first = seen.get(key)
-        except TypeError:  # an unhashable key: let PyYAML report it
-            continue
-        if first is not None:
-            raise DuplicateKeyError(key, first, key_node.start_mark)
-        seen[key] = key_node.start_mark
-    data = loader.construct_mapping(node, deep=deep)
-    marks = getattr(loader, "anonflow_marks", None)
-    if marks is not None:  # where each key is, for the schema's one-line errors
-        lines: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            try:
-                lines.setdefault(loader.construct_object(key_node, deep=deep), key_node.start_mark.line + 1)
-            except TypeError:
-                pass
-        marks.add(data, lines, node.start_mark.line + 1)
-    return data
-
-
-def _construct_marked_sequence(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> Any:
-    data: list[Any] = []
-    marks = getattr(loader, "anonflow_marks", None)
-    if marks is not None:
-        marks.add(data, [item.start_mark.line + 1 for item in node.value], node.start_mark.line + 1)
-    yield data
-    data.extend(loader.construct_sequence(node))
-
-
-class DuplicateKeyError(yaml.YAMLError):
-    def __init__(self, key: Any, first: Any, mark: Any) -> None:
-        super().__init__(f"key {key!r} appears twice (first at line {first.line + 1})")
-        self.key, self.first, self.mark = key, first, mark
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_marked_sequence)
-
-
 #: the largest workflow seed (the store keeps it as a signed 64-bit integer)
-MAX_SEED = _schema.MAX_SEED
 #: the largest workflow file read (bytes)
 MAX_WORKFLOW_BYTES = 10 * 1024 * 1024
-
-#: the most values a workflow file may hold once its aliases are expanded (a YAML "billion
-#: laughs" file is a few lines that expand to billions of values)
-MAX_VALUES = 1_000_000
-
-
-class TooLargeError(yaml.YAMLError):
-    pass
-
-
-#: the deepest nesting of lists and mappings a workflow value may have
-MAX_DEPTH = 64
-
-
-def _expanded_size(data: Any, budget: int) -> int:
-    """Count the values of ``data`` as if every alias were written out, stopping past ``budget``
-    values or :data:`MAX_DEPTH` levels of nesting."""
-    count, stack = 0, [(data, 0)]
-    while stack:
-        item, depth = stack.pop()
-        count += 1
-        if count > budget:
-            raise TooLargeError(f"it expands to more than {budget:,} values (aliases of aliases); write the values out")
-        if depth > MAX_DEPTH:
-            raise TooLargeError(f"it nests lists or mappings more than {MAX_DEPTH} deep")
-        if isinstance(item, dict):
-            stack.extend((k, depth + 1) for k in item.keys())
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend((v, depth + 1) for v in item)
-    return count
-
-
-def load_yaml(text: str) -> Any:
-    """Parse YAML text, refusing duplicate keys and alias bombs (raises ``yaml.YAMLError``)."""
-    return load_yaml_marked(text)[0]
-
-
-def load_yaml_marked(text: str) -> tuple[Any, Marks]:
-    """:func:`load_yaml`, and where each key and list item of the file is (:class:`Marks`)."""
-    marks = Marks()
-    loader = _UniqueKeyLoader(text)
-    loader.anonflow_marks = marks  # type: ignore[attr-defined]
-    try:
-        data = loader.get_single_data()
-    finally:
-        loader.dispose()
-    _expanded_size(data, MAX_VALUES)
-    return data, marks
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -284,7 +181,7 @@ def _set_path(path: Path, params: dict[str, Any], step: str, param: str, value: 
 
 
 def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | None = None) -> WorkflowSpec:
-    """Read and validate a workflow file (:mod:`anonflow.workflow_schema`, before anything
+    """Read and validate a workflow file (:mod:`anonflow.workflow.model`, before anything
     else reads it); apply ``--set`` and ``--seed``."""
     path = Path(path)
     text, data, marks = _read(path)
@@ -395,8 +292,6 @@ def _executor(path: Path, base: Path, data: Any) -> ExecutorSpec:
     except InputError as exc:
         raise WorkflowError(exc.message, where=where) from None
     if spec.address is not None:
-        from .egress import check_scheduler
-
         try:
             check_scheduler(spec.address, named_by_user=False, where=where)
         except InputError as exc:
@@ -470,10 +365,6 @@ def _source(path: Path, base: Path, name: str, data: Any, tables: Mapping[str, A
 
 def _postgres_source(path: Path, name: str, data: Mapping, where: str) -> SourceSpec:
     """``{postgres: URL, table: NAME}`` or ``{postgres: URL, query: SELECT ...}`` (anonflow.postgres)."""
-    from .postgres import url_problem
-
-    from .postgres import check_timeout
-
     problem = url_problem(data.get("postgres"))
     if problem is not None:  # never repeated: it may hold a password
         raise _err(path, f"'postgres' {problem}", where)

@@ -59,7 +59,7 @@ if mode == "read-adbc":
         cur.close()
     print(json.dumps({"rows": n, "seconds": time.perf_counter() - t0}))
 elif mode == "read-anonflow":
-    from anonflow.spec import SourceSpec
+    from anonflow.workflow.spec import SourceSpec
     from anonflow.store import Store
     db = work / "read.duckdb"
     if db.exists():

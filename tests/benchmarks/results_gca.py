@@ -41,7 +41,7 @@ def engine_run(store_dir: Path, sets: list[str]):
     """One ``anonflow run workflows/gca-adult.yaml --set ...`` in the store of ``store_dir``:
     (result, {GCA step: a digest of its classes})."""
     from anonflow.runner import Runner
-    from anonflow.spec import load_workflow
+    from anonflow.workflow.spec import load_workflow
     from anonflow.store import Store
 
     import hashlib

@@ -158,7 +158,7 @@ def engine_run(db: Path, name: str, sets: list[str], steps=("mdav", "vmdav", "gr
     """``anonflow run workflows/microaggregation-<name>.yaml --set ...`` through the engine:
     (metrics, {step: notes}, {step: the groups as a label per record, source order})."""
     from anonflow.runner import Runner
-    from anonflow.spec import load_workflow
+    from anonflow.workflow.spec import load_workflow
     from anonflow.store import Store
 
     spec = load_workflow(ROOT / "workflows" / f"microaggregation-{name}.yaml", sets)

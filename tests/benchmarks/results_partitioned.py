@@ -164,7 +164,7 @@ def code_state() -> str:
 def run_one(algorithm: str, size: int | None, tmp: Path, seed: int | None = None) -> dict:
     from anonflow.errors import AnonflowError
     from anonflow.runner import Runner
-    from anonflow.spec import load_workflow
+    from anonflow.workflow.spec import load_workflow
     from anonflow.store import Store
 
     _, _, timed, metrics = ALGORITHMS[algorithm]
