@@ -13,12 +13,9 @@ from .errors import AnonflowError, InputError, PluginError, RunError, StoreError
 
 __version__ = "0.1.0"
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it so)
-if TYPE_CHECKING:
-    from typing import Any
-
-    from .workflow_api import Anonymized, Result, Workflow, anonymize, load, purge
-
+# The API's names are looked up on first use (no import of anonflow.workflow_api here, not even
+# for type checkers: the engine's modules import __version__ from this package, and an import of
+# the API here would close a cycle through the session).
 _LAZY = {"load": "workflow_api", "Workflow": "workflow_api", "Result": "workflow_api",
          "Anonymized": "workflow_api", "anonymize": "workflow_api", "purge": "workflow_api"}
 
@@ -26,7 +23,7 @@ __all__ = ["AnonflowError", "Anonymized", "InputError", "PluginError", "Result",
            "Workflow", "WorkflowError", "anonymize", "load", "purge", "__version__"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'anonflow' has no attribute {name!r}")

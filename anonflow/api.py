@@ -19,7 +19,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, ContextManager, Iterable, Mapping, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +45,8 @@ __all__ = [
     "sql_ident",
     "Algorithm", "Metric", "Publisher", "HierarchyBuilder", "Hierarchy", "Param", "REQUIRED", "StepContext", "Output",
     "Partition", "MAX_SUPPRESSION", "suppression_limit",
+    # what the release publisher's verify and apply may ask of the engine (anonflow.session.Session)
+    "Engine",
     "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
     "InputError", "RunError", "PluginError", "PurgedError", "atomic_write", "RunInfo",
     # what may leave the process (anonflow.egress; docs/egress.md)
@@ -572,3 +574,54 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> str:
         tmp.unlink(missing_ok=True)
         raise
     return digest
+
+
+class Engine(Protocol):
+    """What a publisher's ``verify(release, ..., engine=...)`` and ``apply(release, ...,
+    engine=...)`` may ask of the engine: the CLI passes its :class:`anonflow.session.Session`.
+    A plugin reaches the engine only through this handle (never by importing it), as a
+    datasette plugin is given the app.
+
+    A workflow object (``spec``) is the engine's: a plugin reads its ``name``, ``seed``,
+    ``sources`` (name -> ``name``, ``format``, ``path``, ``table``, ``options``,
+    ``describe()``) and ``steps`` (name -> ``uses``, ``inputs``, ``params``), and may give
+    :meth:`rerun` a copy with other source paths (``dataclasses.replace``)."""
+
+    #: the plugin registry the engine runs with
+    registry: Any
+
+    def load_recorded(self, workflow: Path, *, seed: int | None = None, overrides: Iterable[Any] = ()) -> Any:
+        """The recorded workflow written to the file ``workflow``, validated, with the recorded
+        ``seed`` and ``--set`` values (``(step, param, value)``) applied as the recorded run
+        applied them. Raises :class:`AnonflowError` (one line) when it cannot be loaded."""
+
+    def rerun(self, spec: Any, *, db: Path, out: Path, history: list[dict[str, Any]] | None = None,
+              egress: Any = None) -> Any:
+        """Run ``spec`` (from :meth:`load_recorded`) without the step cache into the store file
+        ``db`` and the output folder ``out``, under the egress policy ``egress``; ``history``:
+        the recorded sweep points. Returns an object with ``result`` (the run's result:
+        ``run_id``, ``status``, ``metrics``, ``outputs``, ``steps``) and ``not_replayed``
+        (step name -> what it would have written outside the re-run's scratch folder)."""
+
+    def read_source(self, source: Any, db: Path) -> tuple[str, int]:
+        """Read a source of a spec from :meth:`load_recorded` (a database's table or query) into
+        the scratch store file ``db`` as a run would; its content sha256 and record count."""
+
+    def scratch_sql(self) -> ContextManager[Callable[..., Any]]:
+        """A throw-away in-memory store's ``sql(query, params=None, **tables)`` for a ``with``
+        block (what :class:`StepContext` ``sql`` gives a step)."""
+
+    def prepare_batch(self, workflow_text: str, step: str, new_data: Path, scratch: Path, *,
+                      seed: int | None = None, overrides: Iterable[tuple[str, str, Any]] = ()) -> TypedTable:
+        """The table step ``step`` of the recorded workflow ``workflow_text`` reads, made from the
+        file ``new_data`` by the recorded preparation steps (source, typing, filter, sample,
+        hierarchy), run in a throw-away store; the files they read lie in ``scratch`` at their
+        recorded relative paths."""
+
+    def check_output_folder(self, out: Path) -> None:
+        """Raise :class:`InputError` unless ``out`` may be written: it does not exist, or is
+        an empty folder (not a link), in an existing folder."""
+
+    def write_folder(self, out: Path, write: Callable[[Path], None]) -> None:
+        """Write the folder ``out`` all or nothing: ``write(tmp)`` fills a temporary folder
+        beside it, renamed to ``out`` once complete (removed on any failure)."""

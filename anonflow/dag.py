@@ -19,7 +19,7 @@ from .builtins import BUILTINS, StaticInput
 from .errors import AnonflowError, InputError, WorkflowError
 from .params import ParamError, suggest, validate_params
 from .plugins import Registered, Registry
-from .schema import CLASS, FRAGMENT, ROW
+from .schema import CLASS, ROW
 from .workflow.spec import SourceSpec, WorkflowSpec
 from .store import describe_source
 
@@ -226,7 +226,7 @@ def _describe(spec: WorkflowSpec, src: SourceSpec) -> list[tuple[str, str]]:
 def plan_json(plan: Plan, previews: dict[str, Any]) -> dict[str, Any]:
     """What ``anonflow plan --json`` prints (and ``anonflow.Workflow.plan`` returns):
     ``{"workflow", "seed", "steps"}``, each step as :meth:`Node.to_json` with, from
-    :func:`preview`, its typing (a typing step) or its notes and fragments."""
+    :meth:`anonflow.session.Session.preview`, its typing (a typing step) or its notes and fragments."""
     steps = [n.to_json() for n in plan.steps()]
     for s in steps:
         shown = previews.get(s["name"])
@@ -242,81 +242,8 @@ def plan_json(plan: Plan, previews: dict[str, Any]) -> dict[str, Any]:
 
 
 #: step kinds that only prepare data: ``anonflow plan`` runs them (in memory) to show what the
-#: algorithms will face.
+#: algorithms will face (:meth:`anonflow.session.Session.preview`).
 PREPARATION = ("source", "typing", "filter", "sample", "hierarchy", "partition")
-
-
-def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
-    """What ``anonflow plan`` shows beyond the parameters, computed on the data in a
-    throw-away in-memory store (nothing is written anywhere).
-
-    The preparation steps (sources, typing, filter, sample, hierarchy) whose inputs are all
-    preparation steps are run; their errors (a hierarchy missing a value, a bad grading...)
-    surface here, before anything runs for real. Returns, per step name: for a typing step,
-    ``{"typing", "summary", "notes"}``; for a hierarchy step, ``{"hierarchies", "notes"}``
-    (each column's builder, height and distinct values per level); for an algorithm fed by preparation steps only, its
-    :meth:`~anonflow.api.Algorithm.check` has passed and ``{"notes": [...]}`` holds its
-    :meth:`~anonflow.api.Algorithm.describe_plan` lines (the lattice's size, for one). Each
-    evaluate step's metrics are checked against the previewed tables (see :func:`_check_metrics`):
-    a metric needing a grading or a label the typing lacks fails the plan."""
-    from .runner import Runner
-    from .store import Store
-
-    ready: list[str] = []
-    for name in plan.order:
-        node = plan.nodes[name]
-        if node.kind in PREPARATION and all(i in ready for i in node.inputs):
-            ready.append(name)
-    algorithms = [n for n in plan.order if plan.nodes[n].kind == "algorithm"
-                  and all(i in ready for i in plan.nodes[n].inputs)]
-    out: dict[str, Any] = {}
-    if not any(plan.nodes[n].kind != "source" for n in ready):
-        return out
-    scratch = Store(":memory:")
-    try:
-        sub = Plan(spec=plan.spec, graph=plan.graph.subgraph(ready).copy(), order=ready, nodes=plan.nodes)
-        try:
-            run = Runner(scratch, registry).run(plan.spec, use_cache=False, plan=sub)
-        except AnonflowError as exc:
-            exc.run_id = None  # type: ignore[attr-defined]  # the scratch run is not recorded anywhere
-            raise
-        tables = {s["step"]: s for s in scratch.steps(run.run_id)}
-        for name in ready:
-            node = plan.nodes[name]
-            if node.kind == "typing":
-                rec = tables[name]
-                summary = dict(rec["summary"] or {})
-                notes = summary.pop("notes", [])
-                out[name] = {"typing": scratch.get(rec["output_table"]).typing, "summary": summary, "notes": notes}
-            elif node.kind == "hierarchy":
-                summary = tables[name]["summary"] or {}
-                out[name] = {"hierarchies": summary.get("hierarchies", {}), "notes": summary.get("notes", [])}
-            elif node.kind == "partition":
-                summary = dict(tables[name]["summary"] or {})
-                out[name] = {"fragments": {k: summary.get(k) for k in ("fragments", "sizes", "cuts")},
-                             "notes": summary.get("notes", [])}
-        for name in algorithms:
-            node = plan.nodes[name]
-            where = plan.spec.where(f"step {name!r}")
-            inputs = [scratch.get(tables[i]["output_table"]) for i in node.inputs]
-            algo = node.plugin.obj
-            try:
-                algo.check(node.params, table=inputs[0])
-                notes = [str(line) for line in algo.describe_plan(node.params, inputs[0])]
-                if FRAGMENT in inputs[0].columns:
-                    notes += fragment_plan(algo, node.params, inputs[0], registry, scratch)
-            except AnonflowError as exc:
-                raise type(exc)(exc.message, where=exc.where or where) from None
-            out[name] = {"notes": notes}
-        for name in plan.order:
-            load = (lambda step: scratch.get(tables[step]["output_table"]))
-            if plan.nodes[name].kind == "evaluate":
-                _check_metrics(plan, registry, name, ready, load)
-            elif plan.nodes[name].kind == "publish":
-                _check_publisher(plan, registry, name, ready, load)
-    finally:
-        scratch.close()
-    return out
 
 
 #: steps that keep the typing of their (first) input: a metric's check may read the typing

@@ -30,7 +30,8 @@ from .executors import (Executor, ExecutorSpec, FragmentResult, FragmentTask, Wo
                         start_executor)
 from .fragments import describe_sizes, fragment_groups, keep_classes_together, merge_neighbours
 from .schema import CLASS, FRAGMENT, ROW
-from .workflow.spec import RETAIN, Resources, WorkflowSpec
+from .workflow.model import RETAIN
+from .workflow.spec import Resources, WorkflowSpec
 from .store import SCHEMA_VERSION, Artifact, DatabaseError, OutOfMemory, Store, duckdb_file, ident
 from .outputs import inside
 from .params import ParamError, validate_params

@@ -1,40 +1,62 @@
-"""Applying a recorded workflow's preparation to new data, and writing a result folder whole.
+"""The session: THE run sequence (workflow file -> spec -> plan -> store -> runner), written once.
 
-``anonflow apply RELEASE NEW_DATA`` (docs/releases.md, "Applying a release to new data")
-publishes a new batch of records the way a release published its table. What that takes is
-split by what knows about it:
+The CLI (``anonflow run``, ``plan``, ``verify``, ``apply``), the Python API
+(:class:`anonflow.Workflow`), :mod:`anonflow.testing`, and the release publisher (through the
+engine handle :class:`anonflow.api.Engine` it is given) all go through a :class:`Session`:
 
-* the engine (this module) knows workflows: :func:`prepare_batch` runs the steps of a
-  recorded workflow that prepare the table an algorithm reads (its source, typing, filter,
-  sample and hierarchy steps, with the recorded seed and ``--set`` values) on the new data
-  instead of the recorded source, in a throw-away in-memory store, exactly as ``anonflow
-  plan`` previews a workflow; so the new batch gets the same roles, dropped identifiers,
-  types, missing-value policy and hierarchies (a missing column, a value outside a
-  hierarchy: the same one-line errors as a run). :func:`write_folder` writes a result
-  folder all or nothing;
-* the release publisher (a plugin: it owns the release format) reads the release, finds the
-  files the workflow read, calls this module, re-checks the claimed privacy models and
-  writes the application's record;
-* the algorithm (a plugin) maps the new records onto what it published, through its
-  optional ``apply`` method (docs/plugins.md): the lattice applies its node, the
-  microaggregation family assigns each record to the nearest published group.
+* :meth:`Session.load` / :meth:`Session.plan` / :meth:`Session.preview`: a workflow validated,
+  its graph built (and what it would reach checked), the preparation steps previewed on the
+  data in a throw-away in-memory store (``anonflow plan``);
+* :meth:`Session.settings`: the run's resources and executor overrides (``--memory``,
+  ``--threads``, ``--temp-dir``, ``--executor``, ``--work-dir``, or the API's arguments);
+* :meth:`Session.run`: the run, recorded in the session's store;
+* :meth:`Session.load_recorded` / :meth:`Session.rerun`: a recorded workflow re-run
+  (``anonflow verify --rerun``);
+* :meth:`Session.prepare_batch`, :func:`check_output_folder`, :func:`write_folder`: applying a
+  release to new data (``anonflow apply``, docs/releases.md, "Applying a release to new data").
+
+What applying a release takes is split by what knows about it: the engine (here) knows
+workflows: :meth:`Session.prepare_batch` runs the steps of a recorded workflow that prepare
+the table an algorithm reads (its source, typing, filter, sample and hierarchy steps, with the
+recorded seed and ``--set`` values) on the new data instead of the recorded source, in a
+throw-away in-memory store, exactly as ``anonflow plan`` previews a workflow; so the new batch
+gets the same roles, dropped identifiers, types, missing-value policy and hierarchies (a
+missing column, a value outside a hierarchy: the same one-line errors as a run);
+:func:`write_folder` writes a result folder all or nothing. The release publisher (a plugin:
+it owns the release format) reads the release, finds the files the workflow read, calls the
+engine handle, re-checks the claimed privacy models and writes the application's record. The
+algorithm (a plugin) maps the new records onto what it published, through its optional
+``apply`` method (docs/plugins.md).
 
 The engine imports no plugin: it reaches algorithms and publishers through the registry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
+import click
 import yaml
 
+from . import egress
+from .dag import PREPARATION as PLAN_PREPARATION
+from .dag import Plan, _check_metrics, _check_publisher, build_plan, fragment_plan
 from .errors import AnonflowError, InputError
+from .executors import ExecutorSpec, executor_spec
 from .filemodes import make_ordinary
+from .plugins import Registry, get_registry
+from .runner import Runner, RunResult
 from .schema import FRAGMENT
+from .store import Store
 from .table import TypedTable
+from .workflow.spec import (Resources, SourceSpec, WorkflowSpec, apply_recorded_overrides, check_memory, check_threads,
+                            load_workflow)
 
 #: the step kinds whose work is redone on the new data (a partition step is not: an applied
 #: batch is mapped record by record onto the release, with no fragments)
@@ -95,12 +117,6 @@ def prepare_batch(workflow_text: str, step: str, new_data: Path, scratch: Path, 
     options such as the delimiter are kept for a CSV file), ``overrides`` (``--set`` values
     as recorded: ``(step, param, value)``) of those steps are applied, and the steps run in
     a throw-away in-memory store. Returns the prepared table, loaded in memory."""
-    from .dag import build_plan
-    from . import egress
-    from .runner import Runner
-    from .workflow.spec import load_workflow
-    from .store import Store
-
     new_data = Path(new_data)
     fmt = NEW_FORMATS.get(new_data.suffix.lower())
     if fmt is None:
@@ -154,10 +170,10 @@ def prepare_batch(workflow_text: str, step: str, new_data: Path, scratch: Path, 
     store = Store(":memory:")
     try:
         try:
-            wf = load_workflow(path, sets, seed)
-            plan = build_plan(wf, registry)
+            session = Session(registry=registry)
+            wf = session.load(path, sets, seed)
             # a release's workflow is someone else's: what it reaches is the re-run's policy
-            run = Runner(store, registry, egress=egress.for_rerun()).run(wf, use_cache=False, plan=plan)
+            run = session.run(wf, store=store, use_cache=False, plan=session.plan(wf), egress=egress.for_rerun())
         except AnonflowError as exc:
             raise shown(exc) from None
         rec = next(s for s in store.steps(run.run_id) if s["step"] == step)
@@ -200,3 +216,258 @@ def write_folder(out: Path, write: Callable[[Path], None]) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# -- the session ---------------------------------------------------------------------------
+
+class TerminalProgress:
+    """Step lines and progress bars on stderr (a :class:`~anonflow.runner.Reporter`): the
+    CLI's when stderr is a terminal, the Python API's with ``progress=True``; quiet when not
+    ``enabled``."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def step_started(self, node: Any, position: int, total: int) -> None:
+        if self.enabled:
+            click.echo(f"[{position + 1}/{total}] {node.name} ({node.uses}) ...", err=True)
+
+    def step_finished(self, node: Any, status: str, seconds: float) -> None:
+        if self.enabled:
+            click.echo(f"      {status} in {seconds:.2f}s", err=True)
+
+    def progress(self, total: int, label: str = "") -> Callable[..., None]:
+        if not self.enabled or total <= 0:
+            return lambda n=1: None
+        bar = click.progressbar(length=total, label=f"      {label}", file=sys.stderr, show_eta=True, show_pos=True)
+        bar.__enter__()
+        state = {"done": 0}
+
+        def advance(n: int = 1) -> None:
+            state["done"] += n
+            bar.update(n)
+            if state["done"] >= total:
+                bar.__exit__(None, None, None)
+        return advance
+
+
+@dataclass
+class Rerun:
+    """What :meth:`Session.rerun` returns: the run's :class:`~anonflow.runner.RunResult`, and
+    the steps the re-run's egress policy did not replay (step name -> what they would have
+    written outside the re-run's scratch folder)."""
+
+    result: RunResult
+    not_replayed: dict[str, list[str]] = field(default_factory=dict)
+
+
+class Session:
+    """The engine, for one store and one plugin registry: THE run sequence (spec -> plan ->
+    store -> runner) that the CLI, the Python API, :mod:`anonflow.testing` and the release
+    publisher (as its :class:`anonflow.api.Engine`) all call.
+
+    ``db``: the store file (``":memory:"``: an in-memory store, the default); ``registry``:
+    the plugins (default: the process's, :func:`anonflow.plugins.get_registry`);
+    ``reporter``: the runs' step lines and progress (:class:`TerminalProgress`, or None)."""
+
+    def __init__(self, db: str | os.PathLike[str] = ":memory:", registry: Registry | None = None, *,
+                 reporter: Any = None) -> None:
+        self.db = os.fspath(db)
+        self._registry = registry
+        self.reporter = reporter
+
+    @property
+    def registry(self) -> Registry:
+        """The plugins the session runs with (the process's registry, looked up on first use,
+        unless one was given)."""
+        if self._registry is None:
+            self._registry = get_registry()
+        return self._registry
+
+    # -- a workflow and its plan -------------------------------------------------------------
+
+    def load(self, workflow: str | os.PathLike[str], overrides: Iterable[str] = (),
+             seed: int | None = None) -> WorkflowSpec:
+        """The workflow file at ``workflow``, validated, with ``--set`` ``overrides`` and
+        ``--seed`` applied (:func:`anonflow.workflow.spec.load_workflow`)."""
+        return load_workflow(workflow, list(overrides), seed)
+
+    def load_recorded(self, workflow: str | os.PathLike[str], *, seed: int | None = None,
+                      overrides: Iterable[Any] = ()) -> WorkflowSpec:
+        """A recorded workflow (a release's, written to ``workflow``) with the recorded run's
+        ``seed`` and ``--set`` values (``(step, param, value)``) applied as that run applied
+        them (:func:`anonflow.workflow.spec.apply_recorded_overrides`)."""
+        return apply_recorded_overrides(load_workflow(Path(workflow), (), seed), overrides)
+
+    def plan(self, spec: WorkflowSpec, *, policy: egress.Policy | None = None) -> Plan:
+        """The plan (graph, order, plugins) of ``spec``; with ``policy``, what it would reach
+        is checked against it as a run would (:func:`anonflow.egress.check_plan`)."""
+        plan = build_plan(spec, self.registry)
+        if policy is not None:
+            egress.check_plan(plan, self.registry, policy)
+        return plan
+
+    def preview(self, plan: Plan) -> dict[str, Any]:
+        """What ``anonflow plan`` shows beyond the parameters, computed on the data in a
+        throw-away in-memory store (nothing is written anywhere).
+
+        The preparation steps (sources, typing, filter, sample, hierarchy, partition) whose
+        inputs are all preparation steps are run; their errors (a hierarchy missing a value, a
+        bad grading...) surface here, before anything runs for real. Returns, per step name:
+        for a typing step, ``{"typing", "summary", "notes"}``; for a hierarchy step,
+        ``{"hierarchies", "notes"}`` (each column's builder, height and distinct values per
+        level); for a partition step, ``{"fragments", "notes"}``; for an algorithm fed by
+        preparation steps only, its :meth:`~anonflow.api.Algorithm.check` has passed and
+        ``{"notes": [...]}`` holds its :meth:`~anonflow.api.Algorithm.describe_plan` lines
+        (the lattice's size, for one). Each evaluate step's metrics and each publish step's
+        publisher are checked against the previewed tables: a metric needing a grading or a
+        label the typing lacks fails the plan."""
+        registry = self.registry
+        ready: list[str] = []
+        for name in plan.order:
+            node = plan.nodes[name]
+            if node.kind in PLAN_PREPARATION and all(i in ready for i in node.inputs):
+                ready.append(name)
+        algorithms = [n for n in plan.order if plan.nodes[n].kind == "algorithm"
+                      and all(i in ready for i in plan.nodes[n].inputs)]
+        out: dict[str, Any] = {}
+        if not any(plan.nodes[n].kind != "source" for n in ready):
+            return out
+        scratch = Store(":memory:")
+        try:
+            sub = Plan(spec=plan.spec, graph=plan.graph.subgraph(ready).copy(), order=ready, nodes=plan.nodes)
+            try:
+                run = Runner(scratch, registry).run(plan.spec, use_cache=False, plan=sub)
+            except AnonflowError as exc:
+                exc.run_id = None  # type: ignore[attr-defined]  # the scratch run is not recorded anywhere
+                raise
+            tables = {s["step"]: s for s in scratch.steps(run.run_id)}
+            for name in ready:
+                node = plan.nodes[name]
+                if node.kind == "typing":
+                    rec = tables[name]
+                    summary = dict(rec["summary"] or {})
+                    notes = summary.pop("notes", [])
+                    out[name] = {"typing": scratch.get(rec["output_table"]).typing, "summary": summary,
+                                 "notes": notes}
+                elif node.kind == "hierarchy":
+                    summary = tables[name]["summary"] or {}
+                    out[name] = {"hierarchies": summary.get("hierarchies", {}), "notes": summary.get("notes", [])}
+                elif node.kind == "partition":
+                    summary = dict(tables[name]["summary"] or {})
+                    out[name] = {"fragments": {k: summary.get(k) for k in ("fragments", "sizes", "cuts")},
+                                 "notes": summary.get("notes", [])}
+            for name in algorithms:
+                node = plan.nodes[name]
+                where = plan.spec.where(f"step {name!r}")
+                inputs = [scratch.get(tables[i]["output_table"]) for i in node.inputs]
+                algo = node.plugin.obj
+                try:
+                    algo.check(node.params, table=inputs[0])
+                    notes = [str(line) for line in algo.describe_plan(node.params, inputs[0])]
+                    if FRAGMENT in inputs[0].columns:
+                        notes += fragment_plan(algo, node.params, inputs[0], registry, scratch)
+                except AnonflowError as exc:
+                    raise type(exc)(exc.message, where=exc.where or where) from None
+                out[name] = {"notes": notes}
+            for name in plan.order:
+                load = (lambda step: scratch.get(tables[step]["output_table"]))
+                if plan.nodes[name].kind == "evaluate":
+                    _check_metrics(plan, registry, name, ready, load)
+                elif plan.nodes[name].kind == "publish":
+                    _check_publisher(plan, registry, name, ready, load)
+        finally:
+            scratch.close()
+        return out
+
+    # -- running ---------------------------------------------------------------------------
+
+    @staticmethod
+    def settings(*, memory: str | None = None, threads: int | None = None, temp_dir: Path | None = None,
+                 executor: str | Mapping[str, Any] | None = None, work_dir: Path | None = None,
+                 spec: WorkflowSpec | None = None,
+                 names: Mapping[str, str] | None = None) -> tuple[Resources, ExecutorSpec | None]:
+        """The resources and executor a run is given over the workflow's own (the CLI's
+        ``--memory``, ``--threads``, ``--temp-dir``, ``--executor``, ``--work-dir``; the
+        Python API's arguments of those names), checked; errors name the option as ``names``
+        (``{"memory": "--memory", ...}``) spells it. ``temp_dir`` and ``work_dir`` are made
+        absolute (the caller resolves them as it says they are resolved); ``work_dir`` over
+        ``spec``'s executor when no ``executor`` is given."""
+        names = {"memory": "memory", "threads": "threads", "executor": "executor", **(names or {})}
+        resources = Resources(check_memory(memory, names["memory"]) if memory is not None else None,
+                              check_threads(threads, names["threads"]) if threads is not None else None,
+                              Path(os.path.abspath(temp_dir)) if temp_dir is not None else None)
+        chosen = (executor_spec(dict(executor) if isinstance(executor, Mapping) else executor, names["executor"],
+                                Path.cwd()) if executor is not None else None)
+        if work_dir is not None:
+            base = chosen or (spec.executor if spec is not None else ExecutorSpec())
+            chosen = ExecutorSpec(base.kind, base.workers, base.address, os.path.abspath(work_dir))
+        return resources, chosen
+
+    def open_store(self, *, read_only: bool = False) -> Store:
+        """The session's store, opened (a context manager; close it)."""
+        return Store(self.db, read_only=read_only)
+
+    def run(self, spec: WorkflowSpec, *, plan: Plan | None = None, store: Store | None = None,
+            use_cache: bool = True, output_dir: Path | None = None, retain: str | None = None,
+            resources: Resources | None = None, executor: ExecutorSpec | None = None,
+            history: list[dict[str, Any]] | None = None, egress: egress.Policy | None = None) -> RunResult:
+        """Run ``spec`` (its ``plan``, built when not given) and record it in ``store``
+        (default: the session's store, opened and closed around the run); the other
+        arguments are :class:`~anonflow.runner.Runner`'s and :meth:`~anonflow.runner.Runner.run`'s."""
+        return self._run(spec, plan=plan, store=store, use_cache=use_cache, output_dir=output_dir, retain=retain,
+                         resources=resources, executor=executor, history=history, policy=egress)[0]
+
+    def _run(self, spec: WorkflowSpec, *, plan: Plan | None, store: Store | None, use_cache: bool,
+             output_dir: Path | None, retain: str | None, resources: Resources | None,
+             executor: ExecutorSpec | None, history: list[dict[str, Any]] | None,
+             policy: egress.Policy | None) -> tuple[RunResult, Runner]:
+        plan = plan if plan is not None else self.plan(spec)
+        with contextlib.ExitStack() as stack:
+            if store is None:
+                store = stack.enter_context(self.open_store())
+            runner = Runner(store, self.registry, self.reporter, history=history, resources=resources,
+                            executor=executor, egress=policy)
+            result = runner.run(spec, use_cache=use_cache, output_dir=output_dir, plan=plan, retain=retain)
+        return result, runner
+
+    # -- the engine handle of the release publisher (anonflow.api.Engine) -------------------
+
+    def rerun(self, spec: WorkflowSpec, *, db: Path, out: Path, history: list[dict[str, Any]] | None = None,
+              egress: egress.Policy | None = None) -> Rerun:
+        """Re-run a recorded workflow (from :meth:`load_recorded`) without the step cache into
+        the store file ``db`` and the output folder ``out``, under the egress ``policy`` (whose
+        plan is built under it too); ``history``: the recorded sweep points. Returns the
+        run's result and the steps not replayed."""
+        with (egress_use(egress) if egress is not None else contextlib.nullcontext()):
+            session = Session(db, self.registry)
+            result, runner = session._run(spec, plan=session.plan(spec), store=None, use_cache=False,
+                                          output_dir=out, retain=None, resources=None, executor=None,
+                                          history=history, policy=egress)
+        return Rerun(result, dict(runner.not_replayed))
+
+    def read_source(self, source: SourceSpec, db: Path) -> tuple[str, int]:
+        """Read ``source`` (of a spec from :meth:`load_recorded`) into the scratch store file
+        ``db`` as a run would, and return its content hash and record count (a re-run's check
+        that a database source still returns what was recorded)."""
+        with Store(db) as store:
+            art = store.load_source(source, run_id="verify", file_hash="")
+            return art.hash, art.rows
+
+    @contextlib.contextmanager
+    def scratch_sql(self) -> Iterator[Callable[..., Any]]:
+        """A throw-away in-memory store's ``sql(query, params=None, **tables)`` for the ``with``
+        block (a step context's ``sql`` outside a run)."""
+        with Store(":memory:") as store:
+            yield lambda query, params=None, **tables: store.sql(query, params, **tables)
+
+    def prepare_batch(self, workflow_text: str, step: str, new_data: Path, scratch: Path, *,
+                      seed: int | None = None, overrides: Iterable[tuple[str, str, Any]] = ()) -> TypedTable:
+        """:func:`prepare_batch` with the session's registry."""
+        return prepare_batch(workflow_text, step, new_data, scratch, self.registry, seed=seed, overrides=overrides)
+
+    check_output_folder = staticmethod(check_output_folder)
+    write_folder = staticmethod(write_folder)
+
+
+egress_use = egress.use

@@ -30,14 +30,18 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from .api import StepContext
+from . import plugins
+from .api import CLASS, StepContext, suppression_limit
+from .params import validate_params
+from .plugins import Registry, get_registry, plugin_manager
 from .schema import ROW, Attribute, Typing
+from .session import Session
 from .store import Store
 from .table import TypedTable
 
 if TYPE_CHECKING:
-    from .plugins import Registry
     from .runner import RunResult
 
 
@@ -80,8 +84,6 @@ def registry(*modules: Any, entry_points: bool = True) -> "Registry":
     already loaded (the same module object) is not registered a second time, so an installed
     package, an editable install and a plain source checkout all give the same registry.
     ``entry_points=False`` leaves out every installed plugin (then only ``modules`` count)."""
-    from .plugins import Registry, plugin_manager
-
     pm, dists = plugin_manager(load_entrypoints=entry_points)
     for module in modules:
         if pm.is_registered(module):
@@ -104,8 +106,6 @@ def use_plugins(*modules: Any, entry_points: bool = True) -> Iterator["Registry"
             assert reg.has("metric", "acme.class-size")
             result = testing.run_workflow(HERE / "workflow.yaml", tmp_path)
     """
-    from . import plugins
-
     previous = plugins._REGISTRY
     reg = registry(*modules, entry_points=entry_points)
     plugins.set_registry(reg)
@@ -130,11 +130,6 @@ def run_workflow(workflow: str | os.PathLike[str], tmp_path: str | os.PathLike[s
     when given. Invalid workflows and failed runs raise as the CLI's exit codes 2 and 1 do:
     :class:`anonflow.api.InputError` / :class:`anonflow.errors.WorkflowError`, and
     :class:`anonflow.api.RunError`."""
-    from .dag import build_plan
-    from .plugins import get_registry
-    from .runner import Runner
-    from .workflow.spec import load_workflow
-
     tmp = Path(tmp_path)
     tmp.mkdir(parents=True, exist_ok=True)
     if isinstance(workflow, str) and "\n" in workflow:
@@ -143,12 +138,10 @@ def run_workflow(workflow: str | os.PathLike[str], tmp_path: str | os.PathLike[s
     else:
         path = Path(workflow)
     modules = tuple(modules)
-    reg = registry(*modules) if modules else get_registry()
-    spec = load_workflow(path, list(overrides), seed)
-    plan = build_plan(spec, reg)
-    with Store(tmp / "anonflow.duckdb") as store:
-        return Runner(store, reg).run(spec, use_cache=use_cache, plan=plan,
-                                      output_dir=Path(output_dir) if output_dir is not None else tmp / "out")
+    session = Session(tmp / "anonflow.duckdb", registry(*modules) if modules else get_registry())
+    spec = session.load(path, overrides, seed)
+    return session.run(spec, use_cache=use_cache,
+                       output_dir=Path(output_dir) if output_dir is not None else tmp / "out")
 
 
 def check_claims(algorithm: Any, table: TypedTable, params: Mapping[str, Any] | None = None, *,
@@ -163,12 +156,6 @@ def check_claims(algorithm: Any, table: TypedTable, params: Mapping[str, Any] | 
     and those the output carries -- must be a privacy metric of the registry (default: the
     process's) that holds on the published records. Any failure raises ``AssertionError``
     naming the claim and the metric's values. ``ctx`` defaults to :func:`make_context`."""
-    import pyarrow.compute as pc
-
-    from .api import CLASS, suppression_limit
-    from .params import validate_params
-    from .plugins import get_registry
-
     reg = registry or get_registry()
     ctx = ctx or make_context()
     params = validate_params(algorithm.params, dict(params or {}))

@@ -1,6 +1,5 @@
 """The Python API: workflows loaded from files or built in code, run by the same engine as
-``anonflow run`` (:func:`~anonflow.spec.load_workflow` / :func:`~anonflow.dag.build_plan` /
-:class:`~anonflow.runner.Runner` / :class:`~anonflow.store.Store`), and :func:`anonymize`,
+``anonflow run`` (a :class:`~anonflow.session.Session`: the one run sequence), and :func:`anonymize`,
 the one-call form for a notebook. ``docs/api.md`` is its guide.
 
 This is the API for *using* anonflow; :mod:`anonflow.api` is the one for writing plugins.
@@ -29,18 +28,28 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 
+import yaml
+
+from . import egress
+from .builtins import for_publication
+from .dag import plan_json
 from .errors import AnonflowError, InputError, StoreError, WorkflowError
-from .params import suggest
-from .workflow.model import top_level_keys
+from .memtable import arrow_sha256, is_table, to_arrow
+from .params import ParamError, suggest, validate_params
+from .plugins import get_registry
+from .retention import purge_file
+from .safeyaml import load_yaml
+from .session import Session, TerminalProgress
+from .store import Store
+from .table import TypedTable
+from .workflow.model import MAX_SEED, top_level_keys
+from .workflow.spec import WorkflowSpec, load_workflow, read_workflow, workflow_from_data
 
 if TYPE_CHECKING:
     import datetime
 
     import pandas
     import pyarrow as pa
-
-    from .workflow.spec import WorkflowSpec
-    from .store import Store
 
 __all__ = ["Anonymized", "Result", "Workflow", "anonymize", "load"]
 
@@ -193,8 +202,6 @@ class Workflow:
         """Add (or replace) source ``name``: an in-memory table (pandas or polars DataFrame,
         Arrow table), a path, or a mapping as in a workflow file; ``options`` are the file
         source's keys (``delimiter=";"``, ``na_values=["?"]``...)."""
-        from .memtable import arrow_sha256, is_table, to_arrow
-
         self._editable()
         self._tables.pop(name, None)
         self._hashes.pop(name, None)
@@ -253,8 +260,6 @@ class Workflow:
         """The workflow as a mapping shaped like its file (in-memory sources as their Arrow
         tables); :meth:`from_dict` takes it back."""
         if self._path is not None:
-            from .workflow.spec import read_workflow
-
             data = read_workflow(self._path)[1]
             if not isinstance(data, Mapping):
                 raise WorkflowError("expected a mapping with keys name, seed, sources, steps", where=str(self._path))
@@ -276,14 +281,10 @@ class Workflow:
         return self._text(*self._memory_sources(sources, self._tables, self._hashes))
 
     def _text(self, tables: Mapping[str, Any], hashes: Mapping[str, str]) -> str:
-        import yaml
-
         def memory(name: str, source: Any) -> Any:
             return {"format": "arrow", "sha256": hashes[name]} if name in tables else source
 
         if self._path is not None:
-            from .workflow.spec import read_workflow
-
             text, data = read_workflow(self._path)
             if not tables or not isinstance(data, Mapping) or not isinstance(data.get("sources"), Mapping):
                 return text
@@ -297,8 +298,6 @@ class Workflow:
     def _source_names(self) -> list[str]:
         if self._path is None:
             return list(self._data["sources"])
-        from .workflow.spec import read_workflow
-
         data = read_workflow(self._path)[1]
         sources = data.get("sources") if isinstance(data, Mapping) else None
         return [str(n) for n in sources] if isinstance(sources, Mapping) else []
@@ -307,8 +306,6 @@ class Workflow:
                         hashes: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
         """``tables`` and ``hashes`` with the in-memory tables ``given`` (source name -> table)
         converted to Arrow and hashed; each name must be one of the workflow's sources."""
-        from .memtable import arrow_sha256, is_table, to_arrow
-
         out_tables, out_hashes = dict(tables or {}), dict(hashes or {})
         if given is None:
             return out_tables, out_hashes
@@ -320,8 +317,6 @@ class Workflow:
             name = str(name)
             where = f"{self._where}: source {name!r}"
             if name not in names:
-                from .params import suggest
-
                 raise WorkflowError(f"sources=: the workflow has no source {name!r}{suggest(name, names)}; its "
                                     f"sources: {', '.join(names) or 'none'}", where=self._where)
             if not is_table(value):
@@ -338,8 +333,6 @@ class Workflow:
     def spec(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None) -> "WorkflowSpec":
         """The validated :class:`~anonflow.spec.WorkflowSpec` (``set=``, ``seed=`` and
         ``sources=`` applied), as ``load_workflow`` gives the CLI."""
-        from .workflow.spec import MAX_SEED, load_workflow, load_yaml, workflow_from_data
-
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
             raise WorkflowError(f"seed must be an integer from 0 to {MAX_SEED} (2^63 - 1), got {seed!r}")
         overrides = _overrides(set)
@@ -364,17 +357,11 @@ class Workflow:
         With ``preview`` (the default) the preparation steps run on the data in a throw-away
         in-memory store, as ``anonflow plan`` does (``preview=False``: ``--no-preview``);
         ``sources`` and ``allow_hosts`` as :meth:`run` takes them."""
-        from . import egress
-        from .dag import build_plan, plan_json
-        from .dag import preview as run_preview
-        from .plugins import get_registry
-
         with egress.use(egress.for_user(allow_hosts, where="allow_hosts")) as policy:
             spec = self.spec(set=set, seed=seed, sources=sources)
-            registry = get_registry()
-            plan = build_plan(spec, registry)
-            egress.check_plan(plan, registry, policy)
-            return plan_json(plan, run_preview(plan, registry) if preview else {})
+            session = Session()
+            plan = session.plan(spec, policy=policy)
+            return plan_json(plan, session.preview(plan) if preview else {})
 
     def run(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None,
             db: PathLike | None = None, out_dir: PathLike | None = None, use_cache: bool = True,
@@ -404,8 +391,6 @@ class Workflow:
         own, docs/egress.md). A failed run raises
         :class:`~anonflow.errors.RunError` (``exc.run_id`` names its record), invalid input
         :class:`~anonflow.errors.InputError` / :class:`~anonflow.errors.WorkflowError`."""
-        from . import egress
-
         with egress.use(egress.for_user(allow_hosts, where="allow_hosts")):
             return self._run(set=set, seed=seed, sources=sources, db=db, out_dir=out_dir, use_cache=use_cache,
                              memory=memory, threads=threads, temp_dir=temp_dir, executor=executor,
@@ -415,35 +400,18 @@ class Workflow:
              out_dir: PathLike | None, use_cache: bool, memory: str | None, threads: int | None,
              temp_dir: PathLike | None, executor: str | Mapping[str, Any] | None, work_dir: PathLike | None,
              progress: bool, retain: str | None) -> "Result":
-        from .dag import build_plan
-        from .executors import ExecutorSpec, executor_spec
-        from .plugins import get_registry
-        from .runner import Runner
-        from .workflow.spec import Resources, check_memory, check_threads
-        from .store import Store
-
         spec = self.spec(set=set, seed=seed, sources=sources)
-        resources = Resources(check_memory(memory, "memory") if memory is not None else None,
-                              check_threads(threads, "threads") if threads is not None else None,
-                              Path(os.path.abspath(temp_dir)) if temp_dir is not None else None)
-        chosen = (executor_spec(dict(executor) if isinstance(executor, Mapping) else executor, "executor",
-                                Path.cwd()) if executor is not None else None)
-        if work_dir is not None:
-            base = chosen or spec.executor
-            chosen = ExecutorSpec(base.kind, base.workers, base.address, os.path.abspath(work_dir))
-        reporter: Any = None  # the CLI's progress lines (duck-typed as a Reporter)
-        if progress:
-            from .cli import _Progress
-
-            reporter = _Progress(enabled=True)
-        registry = get_registry()
-        plan = build_plan(spec, registry)
+        resources, chosen = Session.settings(memory=memory, threads=threads, temp_dir=temp_dir, executor=executor,
+                                             work_dir=work_dir, spec=spec)
         db_path = DEFAULT_DB if db is None else os.fspath(db)
-        store = Store(db_path)
+        # the CLI's progress lines (duck-typed as a Reporter)
+        session = Session(db_path, reporter=TerminalProgress(enabled=True) if progress else None)
+        plan = session.plan(spec)
+        store = session.open_store()
         try:
-            run = Runner(store, registry, reporter, resources=resources, executor=chosen).run(
-                spec, use_cache=use_cache, plan=plan,
-                output_dir=Path(out_dir) if out_dir is not None else None, retain=retain)
+            run = session.run(spec, plan=plan, store=store, use_cache=use_cache,
+                              output_dir=Path(out_dir) if out_dir is not None else None, retain=retain,
+                              resources=resources, executor=chosen)
         except BaseException:
             store.close()
             raise
@@ -499,8 +467,6 @@ class Result:
         self.close()
 
     def _open(self) -> tuple["Store", bool]:
-        from .store import Store
-
         if self._store is not None:
             if self._closer is not None and not self._closer.alive:
                 raise StoreError(f"the in-memory store of run {self.run_id} is closed: its tables are gone")
@@ -516,8 +482,6 @@ class Result:
         try:
             rec = store.step_in_run(self.run_id, step)
             if rec is None:
-                from .params import suggest
-
                 names = [s["step"] for s in store.steps(self.run_id)]
                 raise InputError(f"run {self.run_id} has no step {step!r}{suggest(step, names)}; its steps: "
                                  f"{', '.join(names)}")
@@ -570,9 +534,6 @@ def _default_metrics(algorithm: str, params: Mapping[str, Any]) -> list[Any]:
     """``k-anonymity`` plus every model the algorithm claims for ``params`` (each with the
     claimed parameters, so the evaluate step checks it); just ``k-anonymity`` when the
     parameters are not valid (the run then says why)."""
-    from .params import ParamError, validate_params
-    from .plugins import get_registry
-
     registry = get_registry()
     claims: dict[str, Any] = {}
     if registry.has("algorithm", algorithm):
@@ -597,8 +558,6 @@ def purge(db: PathLike, *, everything: bool = False, runs: Sequence[str] | None 
     ``timedelta``); ``keep="published"`` (default) or ``"none"``; ``dry_run`` changes nothing.
     The lineage and every hash are kept, and the store is rewritten into a fresh file. Returns
     what ``anonflow purge --json`` prints (``tables``, ``rows``, ``runs``, sizes...)."""
-    from .retention import purge_file
-
     return purge_file(os.fspath(db), everything=everything, runs=runs, older_than=older_than, keep=keep,
                       dry_run=dry_run)
 
@@ -657,9 +616,6 @@ def anonymize(data: Any, algorithm: str = "mdav", *, quasi: Any, sensitive: Any 
 def _published(result: Result) -> tuple["pa.Table", int | None]:
     """The ``anonymized`` step's records as a publish step writes them, and how many were
     suppressed (None when the algorithm does not suppress)."""
-    from .builtins import for_publication
-    from .table import TypedTable
-
     store, opened = result._open()
     try:
         rec = store.step_in_run(result.run_id, "anonymized")

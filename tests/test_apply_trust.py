@@ -128,17 +128,19 @@ def test_the_publishers_apply_takes_the_key_in_python(signed, tmp_path):
     """The API equivalent of --key: the release publisher's apply(..., key=)."""
     from anonflow.errors import InputError
     from anonflow.plugins import get_registry
+    from anonflow.session import Session
 
     rel, pub, new = signed
     publisher = get_registry().get("publisher", "release").obj
-    record = publisher.apply(rel, new, tmp_path / "a", suppression=0.9, key=pub)
+    engine = Session()
+    record = publisher.apply(rel, new, tmp_path / "a", suppression=0.9, key=pub, engine=engine)
     assert record["signature"]["status"] == "valid" and record["checks"][0]["holds"] is True
     forge(rel, lambda m: m["release"].__setitem__("claims", {"k-anonymity": {"k": 2}}))
     with pytest.raises(InputError, match=r"^the release does not verify, so apply will not publish under its name: "
                                          r"signature: manifest.sig is not a valid signature"):
-        publisher.apply(rel, new, tmp_path / "b", suppression=0.2, key=pub)
+        publisher.apply(rel, new, tmp_path / "b", suppression=0.2, key=pub, engine=engine)
     with pytest.raises(InputError, match=r"k-anonymity.k: recorded 5.0, now 2.0"):
-        publisher.apply(rel, new, tmp_path / "b", suppression=0.2)
+        publisher.apply(rel, new, tmp_path / "b", suppression=0.2, engine=engine)
     assert not (tmp_path / "b").exists()
 
 

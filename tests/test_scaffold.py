@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from anonflow import plugins, testing
 from anonflow.api import hookimpl
 from anonflow.cli import main
-from anonflow.scaffold import generate
+from anonflow.cli.scaffold import generate
 
 from .conftest import install_site
 

@@ -214,7 +214,7 @@ def test_the_lattice_says_when_only_the_suppression_cap_is_too_small_and_the_sug
 @pytest.fixture
 def bars(monkeypatch):
     """Record the progress bars the CLI would draw on a terminal."""
-    from anonflow import cli as cli_module
+    from anonflow.cli import running as cli_module
 
     seen: list[dict] = []
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import WorkflowError
 from ..safeyaml import Marks
-from .model import shown, workflow_model
+from .model import expected_text, shown, workflow_model
 
 
 # -- validation and its one-line error --------------------------------------------------
@@ -83,32 +83,13 @@ def describe_error(exc: ValidationError, data: Any) -> tuple[tuple, str, tuple]:
         return path, here[0][1]["msg"], path
     expected = []
     for _, e in here:
-        text = _expected(e)
+        text = expected_text(e)
         if text not in expected:
             expected.append(text)
     node = data
     for k in path:
         node = node[k]
     return path, f"expected {' or '.join(expected)}, got {shown(here[0][1].get('input', node))}", path
-
-
-_EXPECTED = {"string_type": "text", "int_type": "an integer", "int_from_float": "an integer", "float_type": "a number",
-             "bool_type": "true or false", "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
-             "model_attributes_type": "a mapping", "none_required": "null", "missing": "a value",
-             "extra_forbidden": "no such key"}
-
-
-def _expected(err: dict) -> str:
-    ctx = err.get("ctx") or {}
-    if err["type"] == "expected":
-        return str(ctx["expected"])
-    if err["type"] == "too_short":
-        return f"at least {ctx.get('min_length')} item(s)"
-    if err["type"] == "too_long":
-        return f"at most {ctx.get('max_length')} item(s)"
-    if err["type"] == "literal_error":
-        return f"one of {ctx.get('expected')}"
-    return _EXPECTED.get(err["type"], err["msg"].lower())
 
 
 def check_data(data: Any, model: type[BaseModel] | None = None) -> None:

@@ -427,7 +427,27 @@ def _type_value(value: Any, at: tuple) -> None:
         where = (*at, *[k for k in err["loc"] if k in value or isinstance(k, int)][:1], *tuple(ctx.get("at") or ()))
         if err["type"] == "said":
             raise _say(ctx["message"], where) from None
-        raise _fail(_expected(err), err.get("input"), where) from None
+        raise _fail(expected_text(err), err.get("input"), where) from None
+
+
+_EXPECTED = {"string_type": "text", "int_type": "an integer", "int_from_float": "an integer", "float_type": "a number",
+             "bool_type": "true or false", "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
+             "model_attributes_type": "a mapping", "none_required": "null", "missing": "a value",
+             "extra_forbidden": "no such key"}
+
+
+def expected_text(err: dict) -> str:
+    """What a pydantic error ``err`` expected, as the one-line messages say it."""
+    ctx = err.get("ctx") or {}
+    if err["type"] == "expected":
+        return str(ctx["expected"])
+    if err["type"] == "too_short":
+        return f"at least {ctx.get('min_length')} item(s)"
+    if err["type"] == "too_long":
+        return f"at most {ctx.get('max_length')} item(s)"
+    if err["type"] == "literal_error":
+        return f"one of {ctx.get('expected')}"
+    return _EXPECTED.get(err["type"], err["msg"].lower())
 
 
 def role_columns(value: Any) -> Any:

@@ -7,6 +7,7 @@ built and checked in :mod:`anonflow.dag`; nothing here touches data or the store
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from ..params import suggest
 from ..postgres import check_timeout, url_problem
 from ..safeyaml import DuplicateKeyError, Marks, TooLargeError, load_yaml, load_yaml_marked
 from .checking import check_workflow
-from .model import FORMATS, IN_MEMORY, MAX_SEED, MEMORY_SIZE, RETAIN
+from .model import IN_MEMORY, MAX_SEED, MEMORY_SIZE
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,18 @@ def _set_path(path: Path, params: dict[str, Any], step: str, param: str, value: 
         target[key] = current = dict(current)
         target = current
     target[keys[-1]] = value
+
+
+def apply_recorded_overrides(spec: WorkflowSpec, overrides: Iterable[Any]) -> WorkflowSpec:
+    """``spec`` with a recorded run's ``--set`` values (``(step, param, value)``) applied to its
+    steps' parameters as that run applied them, and recorded as its overrides (a re-run of a
+    release: ``anonflow verify --rerun``). A value for a step the workflow lacks is refused."""
+    parsed = tuple(tuple(o) for o in overrides)
+    for step, param, value in parsed:
+        if step not in spec.steps:
+            raise InputError(f"override {step}.{param}: the workflow has no step {step!r}")
+        _set_path(spec.path, spec.steps[step].params, step, param, value)
+    return dataclasses.replace(spec, overrides=parsed)
 
 
 def load_workflow(path: str | Path, overrides: Iterable[str] = (), seed: int | None = None) -> WorkflowSpec:

@@ -216,24 +216,25 @@ def checked_sentence(checks: list[Mapping[str, Any]], notes: list[tuple[bool, st
 
 
 def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hierarchies: Path | None = None,
-                  suppression: float | None = None, key: Path | None = None) -> dict[str, Any]:
+                  suppression: float | None = None, key: Path | None = None, engine: Any = None) -> dict[str, Any]:
     """Apply the release at ``release`` to ``new_data``, writing the folder ``out`` (default
     ``<release>-applied``); returns the application's record. ``key``: the publisher's public
-    key file; the release's signature must verify under it. Raises InputError (exit 2) for
+    key file; the release's signature must verify under it. ``engine``
+    (:class:`anonflow.api.Engine`, the CLI's session): what prepares the new batch, checks and
+    writes the output folder; the plugin reaches the engine only through it. Raises InputError (exit 2) for
     input that cannot be applied, a release that ``anonflow verify`` would fail (with ``key``:
     one whose signature does not verify) or an output folder in the release; RunError (exit 1)
     when the release's guarantee would not hold on the new batch; nothing is written then."""
-    from anonflow.apply import check_output_folder, prepare_batch, write_folder
-    from anonflow.plugins import get_registry
-    from anonflow.store import Store
-
+    if engine is None:
+        raise InputError("applying a release needs the engine: give apply(..., engine=...) (anonflow.api.Engine; "
+                         "'anonflow apply' gives its own)")
     release = Path(release)
     new_data = Path(new_data)
     out = Path(out) if out is not None else release.with_name(release.name.rstrip("/") + "-applied")
     manifest = load_manifest(release)
     _outside_release(release, out)
-    check_output_folder(out)
-    registry = get_registry()
+    engine.check_output_folder(out)
+    registry = engine.registry
     for field in ("release", "steps", "files", "workflow", "integrity"):
         if not isinstance(manifest.get(field), (dict, list)):
             raise InputError(f"{release / MANIFEST}: field {field!r} is missing or not of its kind")
@@ -265,120 +266,118 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
         raise InputError(f"--suppression must be a fraction in [0, 1], got {suppression}")
 
     scratch = Path(tempfile.mkdtemp(prefix="anonflow-apply-"))
-    db = Store(":memory:")
     try:
-        placed = _place_files(release, manifest, hierarchies, scratch)
-        source_in = (step.get("inputs") or [{}])[0].get("name")
-        overrides = [tuple(o) for o in manifest.get("overrides") or [] if isinstance(o, list) and len(o) == 3]
-        batch = prepare_batch(manifest["workflow"]["text"], source_in, new_data, scratch, registry,
-                              seed=manifest.get("seed"), overrides=overrides)
-        if batch.num_rows == 0:
-            raise InputError(f"new data {new_data.name}: no records left after the recorded preparation")
-        published = load_release_table(release, manifest)
-        sql = lambda q, p=None, **t: db.sql(q, p, **t)  # noqa: E731
-        ctx = scratch_context(sql, scratch, "apply")
-        actx = scratch_context(sql, scratch, step["step"])  # the algorithm's notes go into the record
-        fitted = step.get("fitted") if isinstance(step.get("fitted"), Mapping) else {}
-        applied, record = algo.apply(batch, published, params, actx, fitted=fitted)
+        with engine.scratch_sql() as sql:
+            placed = _place_files(release, manifest, hierarchies, scratch)
+            source_in = (step.get("inputs") or [{}])[0].get("name")
+            overrides = [tuple(o) for o in manifest.get("overrides") or [] if isinstance(o, list) and len(o) == 3]
+            batch = engine.prepare_batch(manifest["workflow"]["text"], source_in, new_data, scratch,
+                                         seed=manifest.get("seed"), overrides=overrides)
+            if batch.num_rows == 0:
+                raise InputError(f"new data {new_data.name}: no records left after the recorded preparation")
+            published = load_release_table(release, manifest)
+            ctx = scratch_context(sql, scratch, "apply")
+            actx = scratch_context(sql, scratch, step["step"])  # the algorithm's notes go into the record
+            fitted = step.get("fitted") if isinstance(step.get("fitted"), Mapping) else {}
+            applied, record = algo.apply(batch, published, params, actx, fitted=fitted)
 
-        # the published columns, in the release's order
-        typing = Typing.from_json(rel["typing"])
-        names = [a.name for a in typing.attributes]
-        data = applied.data
-        missing = [c for c in names + [CLASS] if c not in data.column_names]
-        if missing:
-            raise RunError(f"{step['uses']}: apply returned no column {missing[0]!r}")
-        data = data.select(names + [CLASS])
-        claims = rel.get("claims") or {}
-        n = data.num_rows
+            # the published columns, in the release's order
+            typing = Typing.from_json(rel["typing"])
+            names = [a.name for a in typing.attributes]
+            data = applied.data
+            missing = [c for c in names + [CLASS] if c not in data.column_names]
+            if missing:
+                raise RunError(f"{step['uses']}: apply returned no column {missing[0]!r}")
+            data = data.select(names + [CLASS])
+            claims = rel.get("claims") or {}
+            n = data.num_rows
 
-        # withhold the records of failing classes, within the allowance
-        table = TypedTable(data.append_column(ROW, pa.array(np.arange(n, dtype=np.int64))), typing, claims)
-        inverse, ok = _class_verdicts(table, claims, registry)
-        failing = int((~ok[inverse]).sum())
-        limit = suppression_limit(cap, n)
-        withheld = 0
-        if failing and failing <= limit:
-            keep = ok[inverse]
-            data = data.filter(pa.array(keep))
-            withheld = failing
-            table = TypedTable(data.append_column(ROW, pa.array(np.arange(data.num_rows, dtype=np.int64))), typing,
-                               claims)
-        if data.num_rows == 0:
-            raise RunError(f"apply: every record of the new batch would be withheld ({n}); nothing to publish")
+            # withhold the records of failing classes, within the allowance
+            table = TypedTable(data.append_column(ROW, pa.array(np.arange(n, dtype=np.int64))), typing, claims)
+            inverse, ok = _class_verdicts(table, claims, registry)
+            failing = int((~ok[inverse]).sum())
+            limit = suppression_limit(cap, n)
+            withheld = 0
+            if failing and failing <= limit:
+                keep = ok[inverse]
+                data = data.filter(pa.array(keep))
+                withheld = failing
+                table = TypedTable(data.append_column(ROW, pa.array(np.arange(data.num_rows, dtype=np.int64))), typing,
+                                   claims)
+            if data.num_rows == 0:
+                raise RunError(f"apply: every record of the new batch would be withheld ({n}); nothing to publish")
 
-        # the release's checks (the same that verify runs on its files), on the new batch alone
-        planned, notes = release_checks(manifest, registry)
-        bad_notes = [f"{what}: {detail}" for okay, what, detail in notes if not okay]
-        if bad_notes:
-            raise RunError(f"apply: {bad_notes[0]}")
-        needs = next((c["check"] for c in planned if not c["recheck"]), None)
-        if needs is not None:
-            raise RunError(f"apply: the release's check {needs} needs the original table; it cannot be checked on "
-                           "an applied batch")
-        checks = [{"check": c["check"], "params": c["params"], "claim": bool(c.get("claim")),
-                   "evaluated": c.get("evaluated"), "result": c["result"], "holds": c["holds"]}
-                  for c in run_checks(planned, table, registry, ctx)]
-        failed = [f"{'claimed ' if c['claim'] else ''}{c['check']} ({_shown(c['result'])})"
-                  for c in checks if c["holds"] is False]
-        failed += [m for c in checks if not c["claim"] for m in threshold_misses(c, manifest["steps"])]
-        if failed:
-            why = (f"; {failing} of its {n} records are in classes that fail the claimed model" if failing else "")
-            hint = ""
-            if failing and failing > limit:
-                need = min(math.ceil(failing / n * 1000 - 1e-9) / 1000, 1.0)
-                while need < 1.0 and suppression_limit(need, n) < failing:
-                    need = min(round(need + 0.001, 3), 1.0)
-                hint = (f", more than the suppression allowance allows (--suppression {cap:g}: at most {limit}); "
-                        f"withholding them needs --suppression {need:g}")
-            raise RunError("apply: the new batch alone does not satisfy the release's guarantee: "
-                           + "; ".join(failed) + why + hint + "; nothing was written")
+            # the release's checks (the same that verify runs on its files), on the new batch alone
+            planned, notes = release_checks(manifest, registry)
+            bad_notes = [f"{what}: {detail}" for okay, what, detail in notes if not okay]
+            if bad_notes:
+                raise RunError(f"apply: {bad_notes[0]}")
+            needs = next((c["check"] for c in planned if not c["recheck"]), None)
+            if needs is not None:
+                raise RunError(f"apply: the release's check {needs} needs the original table; it cannot be checked on "
+                               "an applied batch")
+            checks = [{"check": c["check"], "params": c["params"], "claim": bool(c.get("claim")),
+                       "evaluated": c.get("evaluated"), "result": c["result"], "holds": c["holds"]}
+                      for c in run_checks(planned, table, registry, ctx)]
+            failed = [f"{'claimed ' if c['claim'] else ''}{c['check']} ({_shown(c['result'])})"
+                      for c in checks if c["holds"] is False]
+            failed += [m for c in checks if not c["claim"] for m in threshold_misses(c, manifest["steps"])]
+            if failed:
+                why = (f"; {failing} of its {n} records are in classes that fail the claimed model" if failing else "")
+                hint = ""
+                if failing and failing > limit:
+                    need = min(math.ceil(failing / n * 1000 - 1e-9) / 1000, 1.0)
+                    while need < 1.0 and suppression_limit(need, n) < failing:
+                        need = min(round(need + 0.001, 3), 1.0)
+                    hint = (f", more than the suppression allowance allows (--suppression {cap:g}: at most {limit}); "
+                            f"withholding them needs --suppression {need:g}")
+                raise RunError("apply: the new batch alone does not satisfy the release's guarantee: "
+                               + "; ".join(failed) + why + hint + "; nothing was written")
 
-        # listed by class, then by value, as a run's publisher lists records: never in the batch's own order
-        data = data.sort_by([(k, "ascending") for k in [CLASS, *names]
-                             if not pa.types.is_nested(data.schema.field(k).type)])
-        stem = Path(str(entry["path"])).stem
-        meta = {TYPING_KEY: canonical_json(rel["typing"], strict=True),
-                RELEASE_KEY: canonical_json({"role": "table", "layout": "table", "class_column": CLASS,
-                                             "applied": True}, strict=True)}
-        compression = (rel.get("params") or {}).get("compression", "zstd")
-        result: dict[str, Any] = {}
+            # listed by class, then by value, as a run's publisher lists records: never in the batch's own order
+            data = data.sort_by([(k, "ascending") for k in [CLASS, *names]
+                                 if not pa.types.is_nested(data.schema.field(k).type)])
+            stem = Path(str(entry["path"])).stem
+            meta = {TYPING_KEY: canonical_json(rel["typing"], strict=True),
+                    RELEASE_KEY: canonical_json({"role": "table", "layout": "table", "class_column": CLASS,
+                                                 "applied": True}, strict=True)}
+            compression = (rel.get("params") or {}).get("compression", "zstd")
+            result: dict[str, Any] = {}
 
-        def write(tmp: Path) -> None:
-            files = []
-            for fmt in ("parquet", "csv"):
-                path = tmp / f"{stem}.{fmt}"
-                if fmt == "parquet":
-                    write_parquet(path, data, meta, compression)
-                else:
-                    write_csv(path, data)
-                files.append({"path": path.name, "role": "table", "format": fmt, "sha256": file_sha256(path),
-                              "rows": data.num_rows})
-            record_json = plain({
-                "format": FORMAT, "schema_version": 1,
-                "anonflow": {"version": __version__},
-                "release": {"manifest_sha256": manifest_sha, "workflow": manifest["workflow"].get("name"),
-                            "step": step["step"], "uses": step["uses"], "plugin_version": step.get("plugin_version"),
-                            "params": params, "claims": claims},
-                "new_data": {"file": new_data.name, "sha256": new_sha, "rows": batch.num_rows},
-                "files_read": placed,
-                "applied": record,
-                "notes": list(actx.notes),
-                "suppression": {"allowance": cap, "limit": limit, "withheld": withheld},
-                "checked": "the new batch alone, not its union with the release",
-                "checks": checks,
-                "checked_sentence": checked_sentence(checks, notes, claims),
-                "signature": signature,
-                "signature_sentence": signature_sentence(signature),
-                "files": files,
-            })
-            body = json.dumps(record_json, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
-            (tmp / APPLICATION).write_bytes((body + "\n").encode())
-            result.update(record_json)
+            def write(tmp: Path) -> None:
+                files = []
+                for fmt in ("parquet", "csv"):
+                    path = tmp / f"{stem}.{fmt}"
+                    if fmt == "parquet":
+                        write_parquet(path, data, meta, compression)
+                    else:
+                        write_csv(path, data)
+                    files.append({"path": path.name, "role": "table", "format": fmt, "sha256": file_sha256(path),
+                                  "rows": data.num_rows})
+                record_json = plain({
+                    "format": FORMAT, "schema_version": 1,
+                    "anonflow": {"version": __version__},
+                    "release": {"manifest_sha256": manifest_sha, "workflow": manifest["workflow"].get("name"),
+                                "step": step["step"], "uses": step["uses"],
+                                "plugin_version": step.get("plugin_version"), "params": params, "claims": claims},
+                    "new_data": {"file": new_data.name, "sha256": new_sha, "rows": batch.num_rows},
+                    "files_read": placed,
+                    "applied": record,
+                    "notes": list(actx.notes),
+                    "suppression": {"allowance": cap, "limit": limit, "withheld": withheld},
+                    "checked": "the new batch alone, not its union with the release",
+                    "checks": checks,
+                    "checked_sentence": checked_sentence(checks, notes, claims),
+                    "signature": signature,
+                    "signature_sentence": signature_sentence(signature),
+                    "files": files,
+                })
+                body = json.dumps(record_json, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+                (tmp / APPLICATION).write_bytes((body + "\n").encode())
+                result.update(record_json)
 
-        write_folder(out, write)
-        result["out"] = str(out)
-        return result
+            engine.write_folder(out, write)
+            result["out"] = str(out)
+            return result
     finally:
-        db.close()
         shutil.rmtree(scratch, ignore_errors=True)

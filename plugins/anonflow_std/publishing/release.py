@@ -828,18 +828,22 @@ class Release(Publisher):
         return report_mod.render(info, get_registry())
 
     def verify(self, release: Path, *, rerun: bool = False, db: Path | None = None,
-               sources: Path | None = None, key: Path | None = None) -> dict[str, Any]:
+               sources: Path | None = None, key: Path | None = None, engine: Any = None) -> dict[str, Any]:
+        """Check a release (``anonflow verify``); ``engine`` (:class:`anonflow.api.Engine`, the
+        CLI's session) re-runs its workflow with ``rerun``."""
         from .verify import verify  # verify.py imports this module
 
-        return verify(release, rerun=rerun, db=db, sources=sources, key=key)
+        return verify(release, rerun=rerun, db=db, sources=sources, key=key, engine=engine)
 
     def apply(self, release: Path, new_data: Path, out: Path | None = None, *, hierarchies: Path | None = None,
-              suppression: float | None = None, key: Path | None = None) -> dict[str, Any]:
+              suppression: float | None = None, key: Path | None = None, engine: Any = None) -> dict[str, Any]:
         """Publish new records as the release published its table (``anonflow apply``; see
-        :mod:`anonflow_std.publishing.apply`); ``key``: the public key its signature must verify under."""
+        :mod:`anonflow_std.publishing.apply`); ``key``: the public key its signature must verify under;
+        ``engine`` (:class:`anonflow.api.Engine`, the CLI's session) prepares the new batch."""
         from .apply import apply_release  # apply.py imports this module
 
-        return apply_release(release, new_data, out, hierarchies=hierarchies, suppression=suppression, key=key)
+        return apply_release(release, new_data, out, hierarchies=hierarchies, suppression=suppression, key=key,
+                             engine=engine)
 
     def keygen(self, path: Path) -> tuple[Path, str]:
         """Write an Ed25519 key pair for signed releases (``anonflow keygen``)."""

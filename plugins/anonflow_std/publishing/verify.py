@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import pyarrow.parquet as pq
 
 from anonflow import egress
-from anonflow.api import CLASS, InputError, cleanup_on_termination, file_sha256, sandboxed_connection
+from anonflow.api import CLASS, AnonflowError, InputError, cleanup_on_termination, file_sha256, sandboxed_connection
 from anonflow.lineage import canonical_json
 
 from .checks import release_checks, show_value, threshold_misses, verdict
@@ -73,7 +73,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def verify(release: Path, *, rerun: bool = False, db: Path | None = None, sources: Path | None = None,
-           registry: Any = None, key: Path | None = None) -> dict[str, Any]:
+           registry: Any = None, key: Path | None = None, engine: Any = None) -> dict[str, Any]:
     """Check a release directory; return ``{"release", "ok", "signature", "findings": [{ok, what, detail}]}``.
 
     0. every entry of the directory is a regular file (no symbolic link, FIFO, device or
@@ -85,14 +85,15 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
     2. the privacy checks, derived from what the release claims (:func:`.checks.derive_checks`,
        :func:`.checks.claim_checks`) and run on the published files alone through the registry; the
        manifest's check list must be exactly the derived one;
-    3. with ``rerun``: the recorded workflow re-run, confined to a scratch folder holding copies
-       of the recorded files only (see :func:`_rerun`), and every manifest field and file compared.
+    3. with ``rerun``: the recorded workflow re-run by ``engine`` (:class:`anonflow.api.Engine`),
+       confined to a scratch folder holding copies of the recorded files only (see :func:`_rerun`),
+       and every manifest field and file compared.
     """
     from anonflow.plugins import get_registry
     from anonflow.store import Store
 
     release = Path(release)
-    registry = registry or get_registry()
+    registry = registry or (engine.registry if engine is not None else get_registry())
     f = Findings()
     why = not_regular(release / MANIFEST) if release.is_dir() else None
     if why is not None and why != "does not exist":
@@ -214,7 +215,7 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
 
     # 3. re-run
     if rerun:
-        _rerun(release, manifest, f, registry, db=db, sources=sources)
+        _rerun(release, manifest, f, engine, db=db, sources=sources)
         return {"release": str(release), "ok": f.ok, "signature": signature, "findings": f.items, "rerun": f.rerun}
     return {"release": str(release), "ok": f.ok, "signature": signature, "findings": f.items}
 
@@ -864,7 +865,7 @@ def _unsigned_form(manifest: Mapping[str, Any]) -> bytes:
     return manifest_bytes(body)
 
 
-def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: Any, *, db: Path | None,
+def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, engine: Any, *, db: Path | None,
            sources: Path | None) -> None:
     """Re-run the recorded workflow, confined: the workflow text is loaded from a scratch
     folder (``mkdtemp``, owner-only); its sources must be exactly the manifest's, and every
@@ -877,19 +878,20 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
     afterwards, also when verify is ended by SIGTERM or SIGHUP."""
     f.rerun = {"verdict": "not-attempted"}
     with cleanup_on_termination():  # the engine's, as 'anonflow run' uses
-        _rerun_confined(release, manifest, f, registry, db=db, sources=sources)
+        _rerun_confined(release, manifest, f, engine, db=db, sources=sources)
 
 
-def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, registry: Any, *, db: Path | None,
+def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, engine: Any, *, db: Path | None,
                     sources: Path | None) -> None:
-    from anonflow.dag import build_plan
-    from anonflow.errors import AnonflowError
-    from anonflow.runner import Runner
-    from anonflow.spec import _set_path, load_workflow
-    from anonflow.store import Store
-
+    """The re-run of :func:`_rerun`, through the engine handle ``engine``
+    (:class:`anonflow.api.Engine`): the only way this plugin runs a workflow."""
     def refuse(reason: str) -> None:
         f.add(False, "re-run", f"not attempted: {reason}")
+
+    if engine is None:
+        return refuse("no engine was given to re-run the workflow with (verify(..., engine=...); 'anonflow verify' "
+                      "gives its own)")
+    registry = engine.registry
 
     wf = manifest.get("workflow") or {}
     wf_name = wf.get("file")
@@ -930,11 +932,7 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
         wf_path = src_dir / wf_name
         wf_path.write_text(wf["text"], encoding="utf-8")
         try:
-            spec = load_workflow(wf_path, (), manifest.get("seed"))
-            for step, param, value in manifest.get("overrides") or []:
-                if step not in spec.steps:
-                    raise InputError(f"override {step}.{param}: the workflow has no step {step!r}")
-                _set_path(wf_path, spec.steps[step].params, step, param, value)
+            spec = engine.load_recorded(wf_path, seed=manifest.get("seed"), overrides=manifest.get("overrides") or [])
         except AnonflowError as exc:
             return refuse(f"the recorded workflow cannot be loaded: {exc}")
         # (a) its sources are exactly the manifest's; every other file it names is recorded
@@ -1067,14 +1065,10 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
                     fh.write(ed25519.Ed25519PrivateKey.generate().private_bytes(
                         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
         try:
-            spec = dataclasses.replace(spec, overrides=tuple(tuple(o) for o in manifest.get("overrides") or []))
             history = [{"params": p["params"], "metrics": p["metrics"]}
                        for p in ((manifest.get("sweep") or {}).get("points") or [])]
-            with egress.use(policy):
-                plan = build_plan(spec, registry)
-                with Store(db if db is not None else tmp / "rerun.duckdb") as store:
-                    runner = Runner(store, registry, history=history, egress=policy)
-                    runner.run(spec, use_cache=False, output_dir=tmp / "out", plan=plan)
+            done = engine.rerun(spec, db=db if db is not None else tmp / "rerun.duckdb", out=tmp / "out",
+                                history=history, egress=policy)
         except AnonflowError as exc:
             f.add(False, "re-run", f"the recorded workflow failed when re-run: {exc}")
             f.rerun = {"verdict": "failed"}
@@ -1089,7 +1083,7 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
             f.rerun = {"verdict": "failed"}
             return
         again = json.loads((again_dir / MANIFEST).read_text(encoding="utf-8"))
-        _compare_rerun(release, manifest, again_dir, again, f, not_replayed=runner.not_replayed)
+        _compare_rerun(release, manifest, again_dir, again, f, not_replayed=done.not_replayed)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
