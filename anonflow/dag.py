@@ -1,6 +1,6 @@
 """Building and validating the workflow graph.
 
-:func:`build_plan` turns a :class:`~anonflow.spec.WorkflowSpec` into a networkx DiGraph of
+:func:`build_plan` turns a :class:`~anonflow.workflow.spec.WorkflowSpec` into a networkx DiGraph of
 sources and steps and rejects, before anything runs: unknown plugins (with "did you
 mean"), missing inputs, cycles (naming the cycle), steps fed the wrong kind of input, bad
 parameters, and columns that do not exist in the source.

@@ -50,8 +50,11 @@ from .dag import Plan, _check_metrics, _check_publisher, build_plan, fragment_pl
 from .errors import AnonflowError, InputError
 from .executors import ExecutorSpec, executor_spec
 from .filemodes import make_ordinary
+from .lineage import _resolve as resolve_step  # the store helper makes it public (store/ledger)
+from .lineage import trace
+from .retention import held, purge_file
 from .plugins import Registry, get_registry
-from .runner import Runner, RunResult
+from .runner import Runner, RunResult, load_run_info
 from .schema import FRAGMENT
 from .store import Store
 from .table import TypedTable
@@ -430,6 +433,73 @@ class Session:
                             executor=executor, egress=policy)
             result = runner.run(spec, use_cache=use_cache, output_dir=output_dir, plan=plan, retain=retain)
         return result, runner
+
+    # -- what the store records -------------------------------------------------------------
+
+    def runs(self, limit: int) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None]:
+        """The newest ``limit`` runs, each with the confidential data it left in the store
+        (``held_tables``, ``held_records``, ``purged_tables``); what the store holds in all
+        (:func:`anonflow.retention.held`); the interrupted purge pending, if any."""
+        with self.open_store(read_only=True) as store:
+            rows = store.runs(limit)
+            h = held(store)
+            for r in rows:  # the confidential data (sources, intermediate tables) each run left in the store
+                mine = h["runs"].get(r["run_id"], {})
+                r["held_tables"], r["held_records"] = mine.get("tables", 0), mine.get("rows", 0)
+                r["purged_tables"] = mine.get("purged", 0)
+            return rows, h, store.pending_purge()
+
+    def run_record(self, run_id: str) -> dict[str, Any]:
+        """One recorded run (an id, a prefix, or ``latest``): ``{"run", "steps", "metrics", "outputs"}``."""
+        with self.open_store(read_only=True) as store:
+            run_rec = store.run(run_id)
+            rid = run_rec["run_id"]
+            return {"run": run_rec, "steps": store.steps(rid), "metrics": store.metrics(rid),
+                    "outputs": store.outputs(rid)}
+
+    def held_line(self, store: Store) -> str | None:
+        """One line on the confidential data ``store`` holds (None if it holds none)."""
+        h = held(store)
+        if not h["tables"]:
+            return None
+        return (f"the store {store.path} holds {h['tables']} table(s) of original or intermediate records "
+                f"({h['rows']} records in all): 'anonflow purge --all' removes them and keeps the lineage (or set "
+                "retain: published in the workflow)")
+
+    def lineage(self, target: str, run_id: str | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """What produced ``target`` (a step, a store table, a published file), back to the sources."""
+        with self.open_store(read_only=True) as store:
+            return trace(store, target, run_id)
+
+    def report(self, run_id: str, render: Callable[[Any], str]) -> tuple[Any, str]:
+        """The page ``render`` (a release publisher's ``report``) writes of a recorded run, from
+        the :class:`~anonflow.api.RunInfo` a release's report shows (up to the run's release
+        step, as that step saw it, when it has one), while the store is open (the info reads
+        its tables); returns the info and the page."""
+        with self.open_store(read_only=True) as store:
+            rid = store.run(run_id)["run_id"]
+            steps = store.steps(rid)
+            rel = next((s for s in steps
+                        if s["kind"] == "publish" and (s["params"] or {}).get("publisher") == "release"), None)
+            current = None
+            if rel is not None:
+                current = {k: rel[k] for k in ("step", "kind", "uses", "plugin_version", "params", "seed",
+                                               "fingerprint", "inputs", "position")}
+            info = load_run_info(store, rid, upto=rel["position"] if rel else None, current=current)
+            return info, render(info)
+
+    def hierarchies(self, target: str, run_id: str | None = None) -> dict[str, Any] | None:
+        """The hierarchies attached to ``target`` (a store table, or a step: of ``run_id``, by
+        default of the latest run with it); None when it produced no table."""
+        with self.open_store(read_only=True) as store:
+            table_name = target if store.artifact(target) else (resolve_step(store, target, run_id).get("output_table"))
+            if not table_name:
+                return None
+            return store.get(table_name).hierarchies
+
+    def purge(self, **options: Any) -> dict[str, Any]:
+        """Purge the session's store file (:func:`anonflow.retention.purge_file`'s options)."""
+        return purge_file(self.db, **options)
 
     # -- the engine handle of the release publisher (anonflow.api.Engine) -------------------
 

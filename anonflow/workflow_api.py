@@ -81,7 +81,7 @@ def load(path: PathLike, *, sources: Sources = None) -> "Workflow":
 
 
 def _overrides(given: Overrides) -> list[Any]:
-    """``set=`` as :func:`~anonflow.spec.workflow_from_data` takes it: ``--set`` text as it is,
+    """``set=`` as :func:`~anonflow.workflow.spec.workflow_from_data` takes it: ``--set`` text as it is,
     a mapping's ``"STEP.PARAM": value`` items as parsed ``(step, param, value)`` triples."""
     if given is None:
         return []
@@ -331,7 +331,7 @@ class Workflow:
         return dict(self._hashes)
 
     def spec(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None) -> "WorkflowSpec":
-        """The validated :class:`~anonflow.spec.WorkflowSpec` (``set=``, ``seed=`` and
+        """The validated :class:`~anonflow.workflow.spec.WorkflowSpec` (``set=``, ``seed=`` and
         ``sources=`` applied), as ``load_workflow`` gives the CLI."""
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
             raise WorkflowError(f"seed must be an integer from 0 to {MAX_SEED} (2^63 - 1), got {seed!r}")

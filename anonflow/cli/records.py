@@ -14,13 +14,10 @@ from .. import __version__
 from ..api import atomic_write
 from ..codehash import engine_digest, short
 from ..errors import InputError, StoreError
-from ..lineage import _resolve as resolve_step  # the store helper makes it public (store/ledger)
-from ..lineage import trace
 from ..params import suggest
 from ..plugins import get_registry
-from ..retention import KEEP, held, purge_file
-from ..runner import load_run_info
-from ..store import Store
+from ..retention import KEEP
+from ..session import Session
 from ..workflow.reference import json_schema_text
 from .shared import (DEFAULT_DB, display_path, echo_json, guard, overrides_text, printable, release_publisher,
                      rows_text, size_text, step_uses)
@@ -56,74 +53,67 @@ def plugins(as_json: bool) -> None:
 def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
     """List recorded runs, or show one run (steps, parameters, metrics, outputs). RUN_ID is a
     run id, a prefix of one, or 'latest' (the newest run)."""
-    with Store(db, read_only=True) as store:
-        if run_id is None:
-            rows = store.runs(limit)
-            h = held(store)
-            for r in rows:  # the confidential data (sources, intermediate tables) each run left in the store
-                mine = h["runs"].get(r["run_id"], {})
-                r["held_tables"], r["held_records"] = mine.get("tables", 0), mine.get("rows", 0)
-                r["purged_tables"] = mine.get("purged", 0)
-            if as_json:
-                echo_json(rows)
-                return
-            if not rows:
-                click.echo(f"no runs recorded in {db}")
-            for r in rows:
-                took = (r["finished_at"] - r["started_at"]).total_seconds() if r["finished_at"] else None
-                data = (f"holds {r['held_tables']} table(s), {r['held_records']} records" if r["held_tables"]
-                        else "holds no source or intermediate table")
-                if r["purged_tables"]:
-                    data += f" ({r['purged_tables']} purged)"
-                click.echo(f"{r['run_id']}  {r['status']:<9} {r['workflow']:<24} seed={r['seed']}"
-                           + (f"  {took:.2f}s" if took is not None else "")
-                           + f"  {data}"
-                           + (f"  --set {overrides_text(r['overrides'], ' --set ')}" if r["overrides"] else "")
-                           + (f"  error: {r['error']}" if r["error"] else "")
-                           + (f"  cleaned up after it: {'; '.join(r['cleaned'])}" if r.get("cleaned") else ""))
-            pending = store.pending_purge()
-            if pending is not None:
-                click.echo(f"an interrupted purge of {db} (started {pending.get('started_at') or 'at an unknown time'}, "
-                           f"{len(pending.get('tables') or [])} table(s)) is pending: the file may still hold the "
-                           "records it was removing; the next run or 'anonflow purge' on this store finishes it")
-            size = f", a file of {size_text(h['bytes'])}" if h["bytes"] is not None else ""
-            click.echo(f"confidential data in {db}: {h['tables']} source or intermediate table(s), {h['rows']} "
-                       f"records{size}; published tables: {h['published_tables']}"
-                       + (" ('anonflow purge --all' removes them, keeping the lineage)" if h["tables"] else ""))
-            return
-        run_rec = store.run(run_id)
-        rid = run_rec["run_id"]
-        detail = {"run": run_rec, "steps": store.steps(rid), "metrics": store.metrics(rid),
-                  "outputs": store.outputs(rid)}
+    session = Session(db)
+    if run_id is None:
+        rows, h, pending = session.runs(limit)
         if as_json:
-            echo_json(detail)
+            echo_json(rows)
             return
-        click.echo(f"run {rid}: {run_rec['workflow']} ({run_rec['workflow_path']}) {run_rec['status']}")
-        click.echo(f"  seed {run_rec['seed']}, workflow sha256 {run_rec['workflow_hash'][:16]}..., "
-                   f"started {run_rec['started_at']}")
-        if run_rec["overrides"]:
-            click.echo("  overrides: --set " + overrides_text(run_rec["overrides"], " --set "))
-        if run_rec["error"]:
-            click.echo(f"  error: {run_rec['error']}")
-        for line in run_rec.get("cleaned") or []:
-            click.echo(f"  cleaned up after it: {line}")
-        for s in detail["steps"]:
-            cached = f" (reused from {s['cached_from']})" if s["cached_from"] else ""
-            click.echo(f"  {s['position'] + 1:>2}. {s['step']} [{step_uses(s)}] {s['status']}{cached}")
-            if s["kind"] != "source":
-                click.echo(f"      params: {json.dumps(s['params'], sort_keys=True, default=str)}")
-            for i in s["inputs"] or []:
-                click.echo(f"      input: {i.get('name')} {i.get('table', '')} {(i.get('hash') or i.get('sha256', ''))[:16]}")
-            if s["output_table"]:
-                click.echo(f"      output: {s['output_table']} ({s['rows']} rows) hash {s['output_hash'][:16]}...")
-            for note in (s["summary"] or {}).get("notes", []):
-                click.echo(f"      note: {note}")
-            if s["error"]:
-                click.echo(f"      error: {s['error']}")
-        for key, value in detail["metrics"].items():
-            click.echo(f"  metric {key} = {value:.6g}")
-        for out in detail["outputs"]:
-            click.echo(f"  output {display_path(out['path'])} ({rows_text(out['rows'])}sha256 {out['sha256']})")
+        if not rows:
+            click.echo(f"no runs recorded in {db}")
+        for r in rows:
+            took = (r["finished_at"] - r["started_at"]).total_seconds() if r["finished_at"] else None
+            data = (f"holds {r['held_tables']} table(s), {r['held_records']} records" if r["held_tables"]
+                    else "holds no source or intermediate table")
+            if r["purged_tables"]:
+                data += f" ({r['purged_tables']} purged)"
+            click.echo(f"{r['run_id']}  {r['status']:<9} {r['workflow']:<24} seed={r['seed']}"
+                       + (f"  {took:.2f}s" if took is not None else "")
+                       + f"  {data}"
+                       + (f"  --set {overrides_text(r['overrides'], ' --set ')}" if r["overrides"] else "")
+                       + (f"  error: {r['error']}" if r["error"] else "")
+                       + (f"  cleaned up after it: {'; '.join(r['cleaned'])}" if r.get("cleaned") else ""))
+        if pending is not None:
+            click.echo(f"an interrupted purge of {db} (started {pending.get('started_at') or 'at an unknown time'}, "
+                       f"{len(pending.get('tables') or [])} table(s)) is pending: the file may still hold the "
+                       "records it was removing; the next run or 'anonflow purge' on this store finishes it")
+        size = f", a file of {size_text(h['bytes'])}" if h["bytes"] is not None else ""
+        click.echo(f"confidential data in {db}: {h['tables']} source or intermediate table(s), {h['rows']} "
+                   f"records{size}; published tables: {h['published_tables']}"
+                   + (" ('anonflow purge --all' removes them, keeping the lineage)" if h["tables"] else ""))
+        return
+    detail = session.run_record(run_id)
+    run_rec = detail["run"]
+    rid = run_rec["run_id"]
+    if as_json:
+        echo_json(detail)
+        return
+    click.echo(f"run {rid}: {run_rec['workflow']} ({run_rec['workflow_path']}) {run_rec['status']}")
+    click.echo(f"  seed {run_rec['seed']}, workflow sha256 {run_rec['workflow_hash'][:16]}..., "
+               f"started {run_rec['started_at']}")
+    if run_rec["overrides"]:
+        click.echo("  overrides: --set " + overrides_text(run_rec["overrides"], " --set "))
+    if run_rec["error"]:
+        click.echo(f"  error: {run_rec['error']}")
+    for line in run_rec.get("cleaned") or []:
+        click.echo(f"  cleaned up after it: {line}")
+    for s in detail["steps"]:
+        cached = f" (reused from {s['cached_from']})" if s["cached_from"] else ""
+        click.echo(f"  {s['position'] + 1:>2}. {s['step']} [{step_uses(s)}] {s['status']}{cached}")
+        if s["kind"] != "source":
+            click.echo(f"      params: {json.dumps(s['params'], sort_keys=True, default=str)}")
+        for i in s["inputs"] or []:
+            click.echo(f"      input: {i.get('name')} {i.get('table', '')} {(i.get('hash') or i.get('sha256', ''))[:16]}")
+        if s["output_table"]:
+            click.echo(f"      output: {s['output_table']} ({s['rows']} rows) hash {s['output_hash'][:16]}...")
+        for note in (s["summary"] or {}).get("notes", []):
+            click.echo(f"      note: {note}")
+        if s["error"]:
+            click.echo(f"      error: {s['error']}")
+    for key, value in detail["metrics"].items():
+        click.echo(f"  metric {key} = {value:.6g}")
+    for out in detail["outputs"]:
+        click.echo(f"  output {display_path(out['path'])} ({rows_text(out['rows'])}sha256 {out['sha256']})")
 
 
 
@@ -151,8 +141,8 @@ def purge(db: str, everything: bool, run_ids: tuple[str, ...], older: str | None
     published file to its sources' sha256, and 'anonflow verify --rerun' reproduces a release
     from the source files), then rewrites the store into a fresh file: dropped tables' bytes
     stay in a DuckDB file after CHECKPOINT and VACUUM."""
-    done = purge_file(db, everything=everything, runs=list(run_ids) if run_ids else None, older_than=older,
-                      keep=keep, dry_run=dry_run)
+    done = Session(db).purge(everything=everything, runs=list(run_ids) if run_ids else None, older_than=older,
+                             keep=keep, dry_run=dry_run)
     if as_json:
         echo_json(done)
         return
@@ -184,8 +174,7 @@ def purge(db: str, everything: bool, run_ids: tuple[str, ...], older: str | None
 def lineage(target: str, db: str, run_id: str | None, as_json: bool) -> None:
     """Show what produced TARGET (a step name, a store table, or a published file), from what,
     with which parameters, back to the source files."""
-    with Store(db, read_only=True) as store:
-        chain = trace(store, target, run_id)
+    chain = Session(db).lineage(target, run_id)
     if as_json:
         echo_json(chain)
         return
@@ -222,17 +211,8 @@ def report(run_id: str, db: str, output: Path | None, overwrite: bool) -> None:
     class sizes, information loss, metrics, parameter sweep, lineage). RUN_ID is a run id, a
     prefix of one, or 'latest' (the newest run)."""
     publisher = release_publisher()
-    with Store(db, read_only=True) as store:
-        rid = store.run(run_id)["run_id"]
-        steps = store.steps(rid)
-        rel = next((s for s in steps if s["kind"] == "publish" and (s["params"] or {}).get("publisher") == "release"),
-                   None)
-        current = None
-        if rel is not None:
-            current = {k: rel[k] for k in ("step", "kind", "uses", "plugin_version", "params", "seed", "fingerprint",
-                                           "inputs", "position")}
-        info = load_run_info(store, rid, upto=rel["position"] if rel else None, current=current)
-        page = publisher.report(info)
+    info, page = Session(db).report(run_id, publisher.report)
+    rid = info.run["run_id"]
     if output is None:
         click.echo(page, nl=False)
         return
@@ -274,12 +254,9 @@ def hierarchy() -> None:
 def hierarchy_show(target: str, column: str | None, db: str, run_id: str | None, limit: int, as_json: bool) -> None:
     """Print the hierarchy of COLUMN attached to TARGET (a step name or a store table);
     without COLUMN, list the columns that have one."""
-    with Store(db, read_only=True) as store:
-        table_name = target if store.artifact(target) else (resolve_step(store, target, run_id).get("output_table"))
-        if not table_name:
-            raise StoreError(f"{target!r} produced no table")
-        table = store.get(table_name)
-    hs = table.hierarchies
+    hs = Session(db).hierarchies(target, run_id)
+    if hs is None:
+        raise StoreError(f"{target!r} produced no table")
     if column is None:
         if as_json:
             echo_json({c: h.describe() for c, h in hs.items()})

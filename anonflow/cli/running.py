@@ -11,10 +11,8 @@ import click
 
 from .. import egress
 from ..dag import plan_json
-from ..retention import held
 from ..session import Session
 from ..session import TerminalProgress as _Progress
-from ..store import Store
 from ..workflow.model import RETAIN
 from .shared import DEFAULT_DB, display_path, echo_json, guard, rows_text
 
@@ -64,7 +62,7 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
         with session.open_store() as store:
             result = session.run(spec, plan=plan, store=store, use_cache=not no_cache, output_dir=out_dir,
                                  retain=retain, resources=resources, executor=chosen)
-            held_now = None if result.purged is not None or as_json else _held_line(store)
+            held_now = None if result.purged is not None or as_json else session.held_line(store)
     if as_json:
         echo_json(result.to_json())
         return
@@ -90,16 +88,6 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
                    f"({result.purged['rows']} records); lineage and hashes kept")
     elif held_now:
         click.echo(held_now)
-
-
-def _held_line(store: Store) -> str | None:
-    """One line on the confidential data a store holds (None if it holds none)."""
-    h = held(store)
-    if not h["tables"]:
-        return None
-    return (f"the store {store.path} holds {h['tables']} table(s) of original or intermediate records "
-            f"({h['rows']} records in all): 'anonflow purge --all' removes them and keeps the lineage (or set "
-            "retain: published in the workflow)")
 
 
 @click.command()

@@ -9,8 +9,8 @@ its table (docs/releases.md, "Applying a release to new data").
    their recorded sha256, in ``--hierarchies DIR`` or beside the workflow (the folder above
    the release's output folder, as ``verify --rerun`` finds it), and copied pinned into a
    scratch folder.
-3. The new data goes through the recorded preparation steps (:func:`anonflow.apply.prepare_batch`):
-   the same typing, dropped identifiers, types and hierarchies.
+3. The new data goes through the recorded preparation steps (the engine handle's
+   ``prepare_batch``, :class:`anonflow.api.Engine`): the same typing, dropped identifiers, types and hierarchies.
 4. The algorithm maps it onto the release (``Algorithm.apply``, given what the run fitted:
    the algorithm step's ``fitted`` in the manifest): the lattice applies the recorded node,
    microaggregation assigns each record to its nearest published group on z-scores by the
@@ -20,7 +20,7 @@ its table (docs/releases.md, "Applying a release to new data").
    with its claimed parameters); with a suppression allowance (``--suppression``, default the
    algorithm's recorded cap) the records of failing classes are withheld first, if they are
    few enough. A check that does not hold: exit 1, nothing written.
-6. The folder is written whole (:func:`anonflow.apply.write_folder`): the data files as the
+6. The folder is written whole (the engine handle's ``write_folder``): the data files as the
    release's (Parquet with the typing, CSV) and ``application.json``.
 """
 
