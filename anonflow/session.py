@@ -52,8 +52,8 @@ from .executors import ExecutorSpec, executor_spec
 from .filemodes import make_ordinary
 from .lineage import _resolve as resolve_step  # the store helper makes it public (store/ledger)
 from .lineage import trace
-from .retention import held, purge_file
 from .plugins import Registry, get_registry
+from .retention import held, purge_file
 from .runner import Runner, RunResult, load_run_info
 from .schema import FRAGMENT
 from .store import Store
