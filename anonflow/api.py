@@ -31,7 +31,7 @@ from .hierarchy import Hierarchy
 from .hookspecs import hookimpl
 from .params import REQUIRED, Param
 from .schema import CLASS, ROW, Attribute, Typing
-from .store import sandboxed_connection
+from .sandbox import sandboxed_connection
 from .table import TypedTable
 from .generalization import (generalization, generalized_attribute, interval_label, interval_labels,
                              mark_generalized, numeric_column, set_label, set_labels, structured_columns)

@@ -21,7 +21,7 @@ from .dag import build_plan
 from .errors import AnonflowError
 from .plugins import get_registry
 from .spec import RETAIN, load_workflow
-from .retention import KEEP
+from .store import KEEP
 from .store import DatabaseError, Store
 
 DEFAULT_DB = "anonflow.duckdb"
@@ -306,7 +306,7 @@ def _run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], 
 
 def _held_line(store: Store) -> str | None:
     """One line on the confidential data a store holds (None if it holds none)."""
-    from .retention import held
+    from .store import held
 
     h = held(store)
     if not h["tables"]:
@@ -415,7 +415,7 @@ def plugins(as_json: bool) -> None:
 def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
     """List recorded runs, or show one run (steps, parameters, metrics, outputs). RUN_ID is a
     run id, a prefix of one, or 'latest' (the newest run)."""
-    from .retention import held
+    from .store import held
 
     with Store(db, read_only=True) as store:
         if run_id is None:
@@ -519,7 +519,7 @@ def purge(db: str, everything: bool, run_ids: tuple[str, ...], older: str | None
     published file to its sources' sha256, and 'anonflow verify --rerun' reproduces a release
     from the source files), then rewrites the store into a fresh file: dropped tables' bytes
     stay in a DuckDB file after CHECKPOINT and VACUUM."""
-    from .retention import purge_file
+    from .store import purge_file
 
     done = purge_file(db, everything=everything, runs=list(run_ids) if run_ids else None, older_than=older,
                       keep=keep, dry_run=dry_run)
@@ -553,7 +553,7 @@ def purge(db: str, everything: bool, run_ids: tuple[str, ...], older: str | None
 def lineage(target: str, db: str, run_id: str | None, as_json: bool) -> None:
     """Show what produced TARGET (a step name, a store table, or a published file), from what,
     with which parameters, back to the source files."""
-    from .lineage import trace
+    from .store import trace
 
     with Store(db, read_only=True) as store:
         chain = trace(store, target, run_id)
@@ -820,7 +820,7 @@ def hierarchy_show(target: str, column: str | None, db: str, run_id: str | None,
     """Print the hierarchy of COLUMN attached to TARGET (a step name or a store table);
     without COLUMN, list the columns that have one."""
     from .errors import StoreError
-    from .lineage import _resolve
+    from .store import resolve_target as _resolve
 
     with Store(db, read_only=True) as store:
         table_name = target if store.artifact(target) else (_resolve(store, target, run_id).get("output_table"))

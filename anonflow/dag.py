@@ -21,7 +21,7 @@ from .params import ParamError, suggest, validate_params
 from .plugins import Registered, Registry
 from .schema import CLASS, FRAGMENT, ROW
 from .spec import SourceSpec, WorkflowSpec
-from .store import describe_source
+from .sources import describe_source
 
 
 @dataclass

@@ -1,9 +1,7 @@
-"""PostgreSQL connections: the ``postgres`` source kind, and what the ``postgres`` publisher
-(``anonflow_std.publishing.postgres``) shares with it.
-
-A source ``{postgres: URL, table: NAME}`` or ``{postgres: URL, query: SELECT ...}`` is read
-through ADBC's PostgreSQL driver (``adbc-driver-postgresql``, the ``postgres`` extra) as Arrow
-record batches, streamed into the store; no record passes through Python one by one.
+"""PostgreSQL URLs as anonflow reads them (libpq's own rules), and the small text helpers of
+the ``postgres`` source (:mod:`anonflow.sources.pgtable`) and publisher: quoting, a URL shown
+without its password, a driver error in one line. Connections are made by
+:func:`anonflow.pgconnect.connect` only, under the egress policy.
 
 A URL is read by libpq's own rules (:func:`parse`, through psycopg's ``conninfo_to_dict``).
 Passwords never come from a workflow file: a URL holding one anywhere (``postgresql://u:pw@host/db``,
@@ -11,36 +9,19 @@ Passwords never come from a workflow file: a URL holding one anywhere (``postgre
 password) is refused, and the message does not repeat it. The driver is libpq, so the
 password comes from ``PGPASSWORD`` or a ``.pgpass`` file (``PGPASSFILE``) as for ``psql``;
 what the run records (the step's parameters, lineage, a release's manifest) is the URL as
-the workflow gives it, which holds none. Which hosts may be reached, and which are offered
-credentials, is the egress policy's call (:mod:`anonflow.egress`, in :func:`connect`).
-
-A source is read in a read-only transaction (a ``query:`` cannot change the database), with
-a ``statement_timeout`` (the source's ``timeout:``, default :data:`DEFAULT_TIMEOUT`) and
-``synchronize_seqscans`` off, so an unchanged table is read in the same order each time.
-PostgreSQL defines no order for ``SELECT * FROM table``: the records' order (their ``_row``
-numbers) is the server's, in practice the table's physical order; give ``query: SELECT ...
-ORDER BY ...`` for a defined one. The source's content hash is anonflow's hash of the records
-as read, in that order.
+the workflow gives it, which holds none.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 
 from .errors import InputError
 
 SCHEMES = ("postgresql", "postgres")
-#: the ADBC option that makes the driver return this many bytes per record batch, roughly
-BATCH_BYTES = str(16 * 1024 * 1024)
-#: how long a source's query may run on the server (its ``timeout:``): PostgreSQL's
-#: ``statement_timeout`` ends it there (a ``pg_sleep``, a runaway join)
-DEFAULT_TIMEOUT = "15min"
-#: how long a source's query waits for a lock before it fails
-LOCK_TIMEOUT = "30s"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|min|h|d)?\s*$")
 
 
@@ -98,21 +79,6 @@ def parse(url: Any, what: str = "'postgres'") -> dict[str, str]:
     return params
 
 
-def hosts(params: dict[str, str]) -> list[str]:
-    """Every host a connection may reach: each of ``host`` (names, addresses, Unix socket
-    folders; libpq takes a comma-separated list) and each of ``hostaddr`` (the address
-    connected to, when given: ``host`` is then only the name credentials are looked up by).
-    Empty when the URL names neither: the user's environment (``PGHOST``) decides."""
-    from .egress import normal_host
-
-    found: list[str] = []
-    for key in ("host", "hostaddr"):
-        for part in params.get(key, "").split(","):
-            part = part.strip()
-            if part and (part.startswith(("/", "@")) or normal_host(part) not in found):
-                found.append(part if part.startswith(("/", "@")) else normal_host(part))
-    return found
-
 
 def url_problem(url: Any) -> str | None:
     """Why ``url`` cannot name a PostgreSQL database in a workflow (None: it can). The text
@@ -160,46 +126,6 @@ def table_name(text: str) -> str:
     return ".".join(quote_ident(p) for p in parts)
 
 
-#: libpq parameters that offer no credentials: no password (an explicit empty one keeps
-#: PGPASSWORD out), no password file, no client certificate, no GSSAPI, and a server that asks
-#: for any authentication is refused before anything is sent
-NO_CREDENTIALS = {"password": "", "passfile": os.path.join(os.sep, "nonexistent", "anonflow-no-passfile"),
-                  "sslcertmode": "disable", "gssencmode": "disable", "require_auth": "none"}
-
-
-def connect(url: str, *, autocommit: bool = False, what: str = "PostgreSQL") -> Any:
-    """An ADBC DB-API connection (raises InputError when the driver is missing or the server
-    refuses; the message is libpq's, which never holds the password).
-
-    Every PostgreSQL connection anonflow makes passes here, and here the egress policy in
-    force (:func:`anonflow.egress.current`) decides: a host that is not this machine and
-    that the user did not name is refused before any connection; a host the policy offers no
-    credentials to (a re-run's host the verifier did not name) is connected to with none."""
-    from . import egress
-
-    params = parse(url, f"{what}: the URL")
-    policy = egress.current()
-    reached = hosts(params)
-    policy.check(reached, f"{what} ({display(url)})")
-    conninfo = url
-    if not policy.offers_credentials(reached):
-        from psycopg.conninfo import make_conninfo
-
-        conninfo = make_conninfo(url, **NO_CREDENTIALS)
-    try:
-        from adbc_driver_postgresql import dbapi
-    except ImportError:
-        raise InputError("PostgreSQL needs the ADBC driver: pip install 'anonflow[postgres]' "
-                         "(adbc-driver-postgresql)") from None
-    try:
-        return dbapi.connect(conninfo, autocommit=autocommit)
-    except Exception as exc:  # noqa: BLE001 - the driver's errors have no common base to import
-        text = message(exc)
-        if conninfo is not url and "authentication method requirement" in text:
-            text = (f"the server asks for credentials, and anonflow offers none to a host you did not name "
-                    f"({text}); name it with --allow-host {reached[0] if reached else 'HOST'} to offer yours")
-        raise InputError(f"cannot connect to {display(url)}: {text}") from None
-
 
 def message(exc: BaseException) -> str:
     """A driver error in one line (a server's text included, so no control character: a
@@ -217,75 +143,3 @@ def plain_types(schema: pa.Schema) -> pa.Schema:
                                f.nullable) for f in schema])
 
 
-def source_query(src: Any) -> str:
-    """The SELECT a source runs: its ``query``, or every column of its ``table``."""
-    query = src.options.get("query")
-    if query is not None:
-        return str(query).strip().rstrip(";")
-    return f"SELECT * FROM {table_name(src.table or '')}"
-
-
-class SourceReader:
-    """A postgres source's records as an Arrow stream (``with`` it: the connection closes)."""
-
-    def __init__(self, src: Any, *, limit: int | None = None) -> None:
-        self.src = src
-        url = src.options["postgres"]
-        self.con = connect(url, autocommit=True, what=f"source {src.name!r}")
-        timeout = check_timeout(src.options.get("timeout", DEFAULT_TIMEOUT), f"source {src.name!r}: 'timeout'")
-        # a subquery: the text must be one SELECT (or VALUES, TABLE...), no other statement
-        query = f"SELECT * FROM ({source_query(src)}\n) AS anonflow_source"
-        if limit is not None:
-            query += f" LIMIT {int(limit)}"
-        self.cur = self.con.cursor()
-        try:
-            self.cur.adbc_statement.set_options(**{"adbc.postgresql.batch_size_hint_bytes": BATCH_BYTES})
-        except Exception:  # noqa: BLE001 - an older driver: its default batch size
-            pass
-        try:
-            # read only (a query cannot write), one snapshot, a table scan from its first page, and
-            # a statement that ends after the source's timeout (docs/workflows.md says what a
-            # read-only transaction does not stop)
-            self.cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            self.cur.execute("SET LOCAL synchronize_seqscans = off")
-            self.cur.execute(f"SET LOCAL statement_timeout = '{timeout}'")
-            self.cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-            self.cur.execute(query)
-            self.raw = self.cur.fetch_record_batch()
-        except InputError:
-            self.close()
-            raise
-        except Exception as exc:  # noqa: BLE001
-            self.close()
-            raise InputError(f"cannot read {self.what}: {message(exc)}") from None
-        self.schema = plain_types(self.raw.schema)
-
-    @property
-    def what(self) -> str:
-        q = self.src.options.get("query")
-        return f"query {' '.join(str(q).split())[:120]!r}" if q is not None else f"table {self.src.table!r}"
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        try:
-            for batch in self.raw:
-                yield pa.RecordBatch.from_arrays([c.storage if isinstance(c, pa.ExtensionArray) else c
-                                                  for c in batch.columns], schema=self.schema)
-        except Exception as exc:  # noqa: BLE001
-            raise InputError(f"cannot read {self.what}: {message(exc)}") from None
-
-    def reader(self) -> pa.RecordBatchReader:
-        return pa.RecordBatchReader.from_batches(self.schema, self.batches())
-
-    def close(self) -> None:
-        for closing in (getattr(self, "cur", None), self.con):
-            try:
-                if closing is not None:
-                    closing.close()
-            except Exception:  # noqa: BLE001 - closing what failed
-                pass
-
-    def __enter__(self) -> "SourceReader":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

@@ -8,7 +8,7 @@ This is the API for *using* anonflow; :mod:`anonflow.api` is the one for writing
 * :func:`load` reads a workflow file into a :class:`Workflow` (``sources=`` puts in-memory
   tables in place of some of its sources, as :meth:`Workflow.run` can); ``Workflow(...)`` and
   :meth:`Workflow.from_dict` build one in code, whose sources may be in-memory tables (pandas
-  or polars DataFrames, Arrow tables: :mod:`anonflow.memtable`).
+  or polars DataFrames, Arrow tables: :mod:`anonflow.sources.inmemory`).
 * :meth:`Workflow.run` returns a :class:`Result` (``run_id``, ``metrics``, ``outputs``,
   ``steps``, and each step's table as Arrow, :meth:`Result.table`), with the CLI's run
   options (``executor``, ``memory``, ``threads``, ``temp_dir``, ``work_dir``, ``progress``);
@@ -119,8 +119,8 @@ class Workflow:
     A source is a path (relative to ``base_dir``, default the current folder when the workflow
     is made), a mapping as in a workflow file (``{"path": ..., "delimiter": ";"}``), or an
     in-memory table: a pandas or polars DataFrame or an Arrow table, converted to Arrow once,
-    when added (:func:`anonflow.memtable.to_arrow`), and recorded by its content hash
-    (:func:`anonflow.memtable.arrow_sha256`). The workflow is validated when it runs or is
+    when added (:func:`anonflow.sources.inmemory.to_arrow`), and recorded by its content hash
+    (:func:`anonflow.sources.inmemory.arrow_sha256`). The workflow is validated when it runs or is
     planned, exactly as the same workflow file would be; the text the run records is the
     YAML of :meth:`to_dict`, an in-memory source written ``{format: arrow, sha256: ...}``.
 
@@ -193,7 +193,7 @@ class Workflow:
         """Add (or replace) source ``name``: an in-memory table (pandas or polars DataFrame,
         Arrow table), a path, or a mapping as in a workflow file; ``options`` are the file
         source's keys (``delimiter=";"``, ``na_values=["?"]``...)."""
-        from .memtable import arrow_sha256, is_table, to_arrow
+        from .sources.inmemory import arrow_sha256, is_table, to_arrow
 
         self._editable()
         self._tables.pop(name, None)
@@ -307,7 +307,7 @@ class Workflow:
                         hashes: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
         """``tables`` and ``hashes`` with the in-memory tables ``given`` (source name -> table)
         converted to Arrow and hashed; each name must be one of the workflow's sources."""
-        from .memtable import arrow_sha256, is_table, to_arrow
+        from .sources.inmemory import arrow_sha256, is_table, to_arrow
 
         out_tables, out_hashes = dict(tables or {}), dict(hashes or {})
         if given is None:
@@ -332,7 +332,7 @@ class Workflow:
         return out_tables, out_hashes
 
     def source_hashes(self) -> dict[str, str]:
-        """The content hash (:func:`anonflow.memtable.arrow_sha256`) of each in-memory source."""
+        """The content hash (:func:`anonflow.sources.inmemory.arrow_sha256`) of each in-memory source."""
         return dict(self._hashes)
 
     def spec(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None) -> "WorkflowSpec":
@@ -592,12 +592,12 @@ def purge(db: PathLike, *, everything: bool = False, runs: Sequence[str] | None 
           older_than: "str | datetime.timedelta | None" = None, keep: str = "published",
           dry_run: bool = False) -> dict[str, Any]:
     """Remove the records of sources and intermediate tables from the store file ``db``, as
-    ``anonflow purge`` does (:mod:`anonflow.retention`; docs/store.md): ``everything=True``
+    ``anonflow purge`` does (:mod:`anonflow.store.purge`; docs/store.md): ``everything=True``
     (``--all``), ``runs`` (``--run``), or ``older_than`` (``--older-than``: ``"30d"`` or a
     ``timedelta``); ``keep="published"`` (default) or ``"none"``; ``dry_run`` changes nothing.
     The lineage and every hash are kept, and the store is rewritten into a fresh file. Returns
     what ``anonflow purge --json`` prints (``tables``, ``rows``, ``runs``, sizes...)."""
-    from .retention import purge_file
+    from .store import purge_file
 
     return purge_file(os.fspath(db), everything=everything, runs=runs, older_than=older_than, keep=keep,
                       dry_run=dry_run)

@@ -31,12 +31,12 @@ INT_MAX = 2**63 - 1
 INT_MIN = -(2**63)
 #: the largest workflow seed (the store keeps it as a signed 64-bit integer)
 MAX_SEED = INT_MAX
-#: ``retain:``: which of its tables the store keeps after a run (anonflow.retention)
+#: ``retain:``: which of its tables the store keeps after a run (anonflow.store.purge)
 RETAIN = ("all", "published", "none")
 #: what the formats of file, DuckDB and PostgreSQL sources are called
 FORMATS = ("csv", "parquet", "duckdb", "postgres")
 #: the format of an in-memory table (a DataFrame or Arrow table handed over in Python, see
-#: :mod:`anonflow.memtable`); a workflow file cannot hold one
+#: :mod:`anonflow.sources.inmemory`); a workflow file cannot hold one
 IN_MEMORY = "arrow"
 EXECUTOR_KINDS = ("local", "processes", "dask")
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"

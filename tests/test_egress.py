@@ -540,7 +540,8 @@ def test_a_bad_timeout_is_one_line(cli, project, value):
 def test_the_statement_timeout_is_in_force_on_the_server(pgenv):
     """The session a source is read in has ``statement_timeout`` set: DEFAULT_TIMEOUT without
     ``timeout:``, the source's own with it (read back from the server)."""
-    from anonflow.postgres import DEFAULT_TIMEOUT, SourceReader, check_timeout
+    from anonflow.pgurl import check_timeout
+    from anonflow.sources.pgtable import DEFAULT_TIMEOUT, SourceReader
     from anonflow.spec import SourceSpec
 
     def setting(**options) -> str:

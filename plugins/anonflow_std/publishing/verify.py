@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from anonflow import egress
 from anonflow.api import CLASS, InputError, cleanup_on_termination, file_sha256, sandboxed_connection
-from anonflow.lineage import canonical_json
+from anonflow.canonjson import canonical_json
 
 from .checks import release_checks, show_value, threshold_misses, verdict
 from .release import (FILE_FIELDS, LOSSY_KEY, MANIFEST, MANIFEST_FIELDS, MANIFEST_RECORDS, PLAIN_NAME,
@@ -1184,7 +1184,7 @@ def _role(manifest: Mapping[str, Any], index: int) -> Any:
 def _dest_text(destination: str) -> str:
     """A destination for a finding, a PostgreSQL URL as libpq reads it (no password)."""
     if destination.split("://", 1)[0].lower() in ("postgresql", "postgres"):
-        from anonflow.postgres import display
+        from anonflow.pgurl import display
 
         return f"postgresql://{display(destination)}"
     return destination
