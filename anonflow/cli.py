@@ -21,6 +21,7 @@ from .dag import build_plan
 from .errors import AnonflowError
 from .plugins import get_registry
 from .spec import RETAIN, load_workflow
+from .sources import recorded_in_memory
 from .store import KEEP
 from .store import DatabaseError, Store
 
@@ -628,7 +629,7 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
                 recorded = _json.loads(fh.read())
             name = (recorded.get("publisher") or {}).get("name", "release")
             in_memory = [str(s.get("name")) for s in recorded.get("sources") or []
-                         if isinstance(s, dict) and s.get("format") == "arrow"]
+                         if isinstance(s, dict) and recorded_in_memory(s)]
     except (OSError, ValueError, AttributeError, RecursionError):
         name, in_memory = "release", []
     if not release.is_dir():

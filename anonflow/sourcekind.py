@@ -124,10 +124,6 @@ class Source:
         """The files a run reads for this source, which a re-run pins and hashes."""
         return [src.path] if src.path is not None else []
 
-    def pins(self, recorded: Mapping[str, Any]) -> bool:
-        """Whether a recorded source (a release manifest's ``sources`` entry) names a file that
-        ``anonflow verify --rerun`` must find with its recorded sha256."""
-        return not self.remote and recorded.get("path") is not None
 
 
 def check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], what: str) -> None:

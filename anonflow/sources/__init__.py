@@ -65,6 +65,13 @@ def is_kind(name: Any) -> bool:
     return isinstance(name, str) and (name in BUILTIN or name in kinds())
 
 
+def recorded_in_memory(recorded: Mapping[str, Any]) -> bool:
+    """Whether a recorded source (a release manifest's ``sources`` entry) was an in-memory
+    table (given in Python: no file to read it again from)."""
+    kind = BUILTIN.get(recorded.get("format"))  # type: ignore[arg-type]
+    return kind is not None and kind.in_memory
+
+
 def kind_of(src: SourceSpec) -> Source:
     """The kind of a parsed source (its own, or looked up by its format)."""
     return src.kind if src.kind is not None else get(src.format)
@@ -112,4 +119,4 @@ def load_source(store: Any, src: SourceSpec, *, run_id: str) -> Any:
 
 
 __all__ = ["BUILTIN", "Source", "SourceSpec", "describe_source", "get", "infer", "is_kind", "kind_of", "kinds",
-           "load_source", "parse"]
+           "load_source", "parse", "recorded_in_memory"]

@@ -164,8 +164,6 @@ class ArrowSource(Source):
     def files(self, src: SourceSpec) -> list[Path]:
         return []
 
-    def pins(self, recorded: Mapping[str, Any]) -> bool:
-        return False
 
     def columns(self, src: SourceSpec) -> list[tuple[str, str]]:
         """DuckDB's names of the Arrow types (registered: nothing is copied)."""

@@ -950,7 +950,7 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, reg
                 continue
             if src.format != rec.get("format"):
                 reasons.append(f"source {name} is {src.format} in the workflow, {rec.get('format')} in the manifest")
-            if src.format == "postgres":  # the same server, table or query as recorded
+            if src.kind.remote:  # the same server, table or query as recorded
                 if rec.get("path") is not None or rec.get("table") != src.table or rec.get("options") != src.options:
                     reasons.append(f"source {name} reads {src.describe()} in the workflow, but the manifest records "
                                    "another connection, table or query")
@@ -1116,7 +1116,7 @@ def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f
     from anonflow.errors import AnonflowError
     from anonflow.store import Store
 
-    pg = {name: src for name, src in spec.sources.items() if src.format == "postgres"}
+    pg = {name: src for name, src in spec.sources.items() if src.kind.remote}
     if not pg:
         return False, False
     changed = unread = False
@@ -1127,7 +1127,7 @@ def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f
             rec = recorded[idx] if idx is not None else {}
             what, label = f"source {name}", src.describe()
             try:
-                art = store.load_source(src, run_id="verify", file_hash="")
+                art = src.kind.load(store, src, run_id="verify")
             except AnonflowError as exc:
                 f.add(False, what, f"{label} cannot be read: {getattr(exc, 'message', exc)}")
                 unread = True
