@@ -47,7 +47,7 @@ class Erase:
             Path(leftover).unlink(missing_ok=True)
 
 
-    # -- retention (anonflow.retention decides what goes; this is how) -------------------
+    # -- purge (anonflow.store.purge decides what goes; this is how) --------------------
 
     def data_objects(self) -> dict[str, tuple[str, set[str]]]:
         """Every data table and view of the store (``t_*``, ``af_raw_*``): name -> (``TABLE``
