@@ -70,7 +70,10 @@ class ParquetDatasetSource(FileSource):
         return sorted(files)
 
     def files(self, src: SourceSpec) -> list[Path]:
-        return [path for _, path in self.listing(src)]
+        try:
+            return [path for _, path in self.listing(src)]
+        except InputError:  # reading the source says what is wrong, where the run reports it
+            return []
 
 
     def check_files(self, src: SourceSpec) -> None:
