@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from . import __version__
 from . import egress as egress_policy
-from .api import Output, RunInfo, StepContext, file_sha256, flat_params, suppression_limit
+from .api import Output, RunInfo, StepContext, flat_params, suppression_limit
 from .builtins import BUILTINS
 from .dag import Node, Plan, build_plan
 from .errors import AnonflowError, InputError, PluginError, RunError, StoreError
