@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import duckdb
-import pyarrow as pa
 
 from ..api import file_sha256
 from ..errors import InputError
-from ..sandbox import arrow, connect, duck_message, ident
+from ..sandbox import connect, duck_message, ident
 from ..schema import RESERVED
 from ..sourcekind import Source, SourceSpec
 
@@ -125,21 +124,6 @@ class FileSource(Source):
             raise InputError(f"cannot read {self.what(src)}: {duck_message(exc)}", where=where(src)) from None
         finally:
             con.close()
-
-    def read(self, src: SourceSpec) -> pa.Table:
-        """The records in Arrow (no ``_row`` column)."""
-        self.check_files(src)
-        sql, params = self.read_expr(src)
-        con = connect()
-        try:
-            data = arrow(con.sql(sql, params=params))
-            self.check_read(con, src, data.column_names)
-        except duckdb.Error as exc:
-            raise InputError(f"cannot read {self.what(src)}: {duck_message(exc)}", where=where(src)) from None
-        finally:
-            con.close()
-        checker(self, src)(data.column_names, data.num_rows)
-        return data
 
     def fill(self, src: SourceSpec, con: Any, table: str) -> dict[str, str]:
         """``CREATE TABLE table`` on the store's connection: the casts its view needs."""
