@@ -31,7 +31,8 @@ from .hierarchy import Hierarchy
 from .hookspecs import hookimpl
 from .params import REQUIRED, Param
 from .schema import CLASS, ROW, Attribute, Typing
-from .store import sandboxed_connection
+from .sandbox import sandboxed_connection
+from .sourcekind import Source, SourceSpec
 from .table import TypedTable
 from .generalization import (generalization, generalized_attribute, interval_label, interval_labels,
                              mark_generalized, numeric_column, set_label, set_labels, structured_columns)
@@ -53,8 +54,10 @@ __all__ = [
     "check_destination",
     # a published folder written outside the output guard gets the modes of published files
     "make_ordinary",
-    # DuckDB over Arrow tables a plugin registers: no file, URL or extension (anonflow.store)
+    # DuckDB over Arrow tables a plugin registers: no file, URL or extension (anonflow.sandbox)
     "sandboxed_connection",
+    # a kind of source (anonflow_register_sources; anonflow.sources holds anonflow's own)
+    "Source", "SourceSpec",
     # SIGTERM and SIGHUP end a block as Ctrl-C does, so that its cleanup runs (anonflow.cleanup)
     "cleanup_on_termination",
     # a folder's new, renamed or removed entries made durable (anonflow.cleanup)

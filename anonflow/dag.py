@@ -20,8 +20,9 @@ from .errors import AnonflowError, InputError, WorkflowError
 from .params import ParamError, suggest, validate_params
 from .plugins import Registered, Registry
 from .schema import CLASS, ROW
-from .workflow.spec import SourceSpec, WorkflowSpec
-from .store import describe_source
+from .sourcekind import SourceSpec
+from .sources import describe_source
+from .workflow.spec import WorkflowSpec
 
 
 @dataclass

@@ -43,6 +43,7 @@ from typing import Any, Iterable, Iterator
 from urllib.parse import urlsplit
 
 from .errors import InputError
+from .pgurl import parse
 
 #: the user's file of allowed hosts, under $XDG_CONFIG_HOME/anonflow (default ~/.config/anonflow)
 CONFIG_FILE = "allowed-hosts"
@@ -67,6 +68,21 @@ def normal_host(text: str) -> str:
         return str(ipaddress.ip_address(host))
     except ValueError:
         return host.rstrip(".")
+
+
+def postgres_hosts(params: dict[str, str]) -> list[str]:
+    """Every host a connection may reach: each of ``host`` (names, addresses, Unix socket
+    folders; libpq takes a comma-separated list) and each of ``hostaddr`` (the address
+    connected to, when given: ``host`` is then only the name credentials are looked up by).
+    Empty when the URL names neither: the user's environment (``PGHOST``) decides."""
+    found: list[str] = []
+    for key in ("host", "hostaddr"):
+        for part in params.get(key, "").split(","):
+            part = part.strip()
+            if part and (part.startswith(("/", "@")) or normal_host(part) not in found):
+                found.append(part if part.startswith(("/", "@")) else normal_host(part))
+    return found
+
 
 
 def is_local(host: str) -> bool:
@@ -164,17 +180,14 @@ class Policy:
 
 def destination_hosts(destination: Any, what: str) -> list[str]:
     """The hosts a destination reaches. A PostgreSQL URL is read by libpq's own rules
-    (:func:`anonflow.postgres.parse`: several hosts, ``host=``/``hostaddr=`` parameters,
+    (:func:`anonflow.pgurl.parse`: several hosts, ``host=``/``hostaddr=`` parameters,
     Unix socket folders); another URL by its authority; a bare name is a host. A password
     anywhere in it is refused without repeating it."""
     if not isinstance(destination, str) or not destination.strip() or not destination.isprintable():
         raise EgressError(f"{what}: a destination must be a URL or a host name")
     scheme = destination.split("://", 1)[0].lower() if "://" in destination else ""
     if scheme in ("postgresql", "postgres"):
-        from .postgres import hosts as pg_hosts
-        from .postgres import parse
-
-        return pg_hosts(parse(destination, what))
+        return postgres_hosts(parse(destination, what))
     if not scheme:
         return [check_allow_entry(destination, what)]
     try:
@@ -257,8 +270,9 @@ def check_plan(plan: Any, registry: Any, policy: Policy | None = None) -> dict[s
     external: dict[str, list[str]] = {}
     for name in plan.order:
         node = plan.nodes[name]
-        if node.kind == "source" and node.source is not None and node.source.format == "postgres":
-            policy.check_destination(node.source.options["postgres"], f"source {name!r}")
+        if node.kind == "source" and node.source is not None:  # a server's table: its URL (anonflow.sources)
+            for dest in node.source.kind.destinations(node.source):
+                policy.check_destination(dest, f"source {name!r}")
         elif node.kind == "publish":
             pub = node.params.get("publisher", "")
             if not registry.has("publisher", pub):

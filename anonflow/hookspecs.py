@@ -6,7 +6,7 @@ included). A plugin module implements one or more of these hooks with
 the host: the plugin hands over plugin objects, the host keeps the registry, checks their
 declarations, and rejects duplicate names.
 
-All four hooks are registration hooks: :class:`anonflow.plugins.Registry` calls each once,
+All five hooks are registration hooks: :class:`anonflow.plugins.Registry` calls each once,
 in the order below, when the registry is built (``tests/test_plugins.py`` checks that
 every hook declared here is called). Hooks of a later lifecycle phase would get a section
 of their own.
@@ -68,5 +68,19 @@ def anonflow_register_hierarchy_builders(register: Callable[[object], None]) -> 
         :class:`anonflow.api.HierarchyBuilder` instance. A builder turns a column's distinct
         values and its parameters into a :class:`anonflow.hierarchy.Hierarchy` (one row per
         value, one column per level); the engine then validates it against the data.
+    :return: nothing; the result of the hook is ignored.
+    """
+
+
+@hookspec
+def anonflow_register_sources(register: Callable[[object], None]) -> None:
+    """Register source kinds: where a workflow's records can come from.
+
+    :param register: call ``register(source)`` once per :class:`anonflow.api.Source` instance.
+        Its ``name`` is the ``format:`` a workflow file gives to use it (it may not be one of
+        anonflow's own: ``csv``, ``parquet``, ``parquet-dataset``, ``duckdb``, ``postgres``,
+        ``arrow``). The source parses its declaration, describes its columns for planning,
+        reads its records into the store (``store.ingest``), and says its content hash and
+        the files a re-run needs (docs/plugins.md).
     :return: nothing; the result of the hook is ignored.
     """

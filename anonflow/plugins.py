@@ -23,6 +23,7 @@ from .codehash import code_digest
 from .api import Algorithm, HierarchyBuilder, Metric, Plugin, Publisher
 from .errors import PluginError, WorkflowError
 from .params import Param, suggest
+from .sourcekind import Source
 
 GROUP = "anonflow"
 KINDS: dict[str, type[Plugin]] = {"algorithm": Algorithm, "metric": Metric, "publisher": Publisher,
@@ -86,6 +87,9 @@ class Registry:
         the (distribution, version) it was installed from."""
         self.pm = pm
         self._by_kind: dict[str, dict[str, Registered]] = {k: {} for k in KINDS}
+        #: source kinds plugins registered (``anonflow_register_sources``), by name; anonflow's
+        #: own are :data:`anonflow.sources.BUILTIN`
+        self.sources: dict[str, Source] = {}
         dists = dists or {}
         for kind, hook_name in _HOOKS.items():
             caller = getattr(pm.hook, hook_name)
@@ -104,6 +108,29 @@ class Registry:
                 except Exception as exc:
                     raise PluginError(f"plugin {impl.plugin_name!r} ({dist_name}) failed while registering "
                                       f"its {kind}s: {type(exc).__name__}: {exc}") from exc
+
+        for impl in pm.hook.anonflow_register_sources.get_hookimpls():
+            dist_name = dists.get(impl.plugin_name, ("(not installed)", ""))[0]
+            try:
+                impl.function(register=lambda obj, _m=impl.plugin_name: self._add_source(obj, _m))
+            except PluginError:
+                raise
+            except Exception as exc:
+                raise PluginError(f"plugin {impl.plugin_name!r} ({dist_name}) failed while registering "
+                                  f"its sources: {type(exc).__name__}: {exc}") from exc
+
+    def _add_source(self, obj: Any, plugin: str) -> None:
+        if isinstance(obj, type):
+            obj = obj()
+        if not isinstance(obj, Source):
+            raise PluginError(f"plugin {plugin!r} registered {obj!r} as a source, but it is not an instance of "
+                              "anonflow.api.Source")
+        if not isinstance(obj.name, str) or not _NAME.match(obj.name):
+            raise PluginError(f"plugin {plugin!r}: source name {obj.name!r} must be lower-case letters, digits, "
+                              "'.', '_' or '-'")
+        if obj.name in self.sources:
+            raise PluginError(f"source name {obj.name!r} is registered twice")
+        self.sources[obj.name] = obj
 
     def _add(self, kind: str, obj: Any, module: str, dist: str, dist_version: str) -> None:
         base = KINDS[kind]

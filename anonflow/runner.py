@@ -19,17 +19,18 @@ import pyarrow.compute as pc
 
 from . import __version__
 from . import egress as egress_policy
-from .api import Output, RunInfo, StepContext, file_sha256, flat_params, suppression_limit
+from .api import Output, RunInfo, StepContext, flat_params, suppression_limit
 from .builtins import BUILTINS
 from .dag import Node, Plan, build_plan
 from .errors import AnonflowError, InputError, PluginError, RunError, StoreError
-from .lineage import canonical_json
+from .canonjson import canonical_json
 from .codehash import engine_digest
 from .plugins import Registered, Registry, get_registry
 from .executors import (Executor, ExecutorSpec, FragmentResult, FragmentTask, WorkFolder, run_all,
                         start_executor)
 from .fragments import describe_sizes, fragment_groups, keep_classes_together, merge_neighbours
 from .schema import CLASS, FRAGMENT, ROW
+from .sources import kind_of, load_source
 from .workflow.model import RETAIN
 from .workflow.spec import Resources, WorkflowSpec
 from .store import SCHEMA_VERSION, Artifact, DatabaseError, OutOfMemory, Store, duckdb_file, ident
@@ -88,7 +89,7 @@ def _out_of_memory(exc: BaseException) -> str | None:
 def _shown(destination: str) -> str:
     """A destination for a message: a PostgreSQL URL as ``postgresql://user@host:port/db``."""
     if destination.split("://", 1)[0].lower() in ("postgresql", "postgres"):
-        from .postgres import display
+        from .pgurl import display
 
         return f"postgresql://{display(destination)}"
     return destination
@@ -224,7 +225,7 @@ def files_read(plan: Plan, registry: Registry) -> list[Path]:
     step's parameters name (hierarchy and grading files), resolved against its folder."""
     spec = plan.spec
     found: list[Path] = [spec.path.resolve()]
-    found += [s.path for s in spec.sources.values() if s.path is not None]
+    found += [f for s in spec.sources.values() for f in kind_of(s).files(s)]
 
     def walk(value: Any) -> None:
         if isinstance(value, str):
@@ -368,7 +369,7 @@ class Runner:
         journal later (:mod:`anonflow.cleanup`).
 
         ``retain`` (default: the workflow's ``retain:``): what the store keeps of the tables this
-        run used once it ends, succeeded or failed (:mod:`anonflow.retention`): ``all``;
+        run used once it ends, succeeded or failed (:mod:`anonflow.store.purge`): ``all``;
         ``published``: the sources and intermediate tables are purged and the store rewritten;
         ``none``: the published tables too.
 
@@ -532,7 +533,7 @@ class Runner:
         """Apply ``retain:`` to this run's tables (the run has ended and is recorded)."""
         if retain == "all":
             return
-        from .retention import plan_purge, purge
+        from .store import plan_purge, purge
 
         try:
             done = purge(self.store, plan_purge(self.store, runs=[run_id], keep=retain))
@@ -559,30 +560,23 @@ class Runner:
 
         if node.kind == "source":
             src = node.source
-            remote = src.format == "postgres"  # a server's table: its content is known once read, every run
-            if src.in_memory:  # a table handed over in Python: its name and content hash, no path
-                digest = str(src.sha256)
-                origin = f"memory:{src.name}"
-            else:
+            kind = kind_of(src)  # what the run records of it, and how it is read (anonflow.sources)
+            remote = kind.remote  # a server's table: its content is known once read, every run
+            try:
+                digest = kind.content_hash(src)
+            except InputError as exc:
+                raise InputError(exc.message, where=where) from None
+            origin = kind.origin(src)
+            if remote:  # its sha256: the content hash of the records as read
                 try:
-                    digest = file_sha256(src.path) if not remote and (src.format != "duckdb" or src.path) else ""
-                except FileNotFoundError:
-                    raise InputError(f"file not found: {src.path}", where=where) from None
-                origin = src.describe() if remote else str(src.path or src.table)
-            if remote:  # its sha256: the content hash of the records as read (anonflow.postgres)
-                try:
-                    art = self.store.load_source(src, run_id=run_id, file_hash="")
+                    art = load_source(self.store, src, run_id=run_id)
                 except InputError as exc:
                     raise InputError(exc.message, where=spec.where(exc.where or "")) from None
                 digest = art.hash
             fingerprint = self._fingerprint(node, [digest, canonical_json(src.options), src.table], seed, spec.base_dir,
                                         rec["plugins"])
-            if src.in_memory:
-                rec.update(params={"path": None, "table": None, "in_memory": src.name}, fingerprint=fingerprint,
-                           inputs=[{"name": origin, "sha256": digest}])
-            else:
-                rec.update(params={"path": str(src.path), "table": src.table, **src.options}, fingerprint=fingerprint,
-                           inputs=[{"name": src.describe() if remote else str(src.path), "sha256": digest}])
+            params, input_name = kind.recorded(src)
+            rec.update(params=params, fingerprint=fingerprint, inputs=[{"name": input_name, "sha256": digest}])
             cached = self.store.cached_step(fingerprint) if use_cache and digest and not remote else None
             if remote:
                 rec["status"] = "succeeded"
@@ -591,7 +585,7 @@ class Runner:
                 rec.update(status="cached", cached_from=cached["run_id"])
             else:
                 try:
-                    art = self.store.load_source(src, run_id=run_id, file_hash=digest)
+                    art = load_source(self.store, src, run_id=run_id)
                 except InputError as exc:
                     raise InputError(exc.message, where=spec.where(exc.where or "")) from None
                 rec["status"] = "succeeded"
@@ -719,7 +713,7 @@ class Runner:
             summary["notes"] = list(ctx.notes)
         if ctx.fitted:  # what the step fitted to its input (StepContext.record_fitted)
             summary["fitted"] = dict(sorted(ctx.fitted.items()))
-        if refs:  # lineage follows them (anonflow.lineage.trace)
+        if refs:  # lineage follows them (anonflow.store.trace)
             summary["references"] = [{"name": r, "table": a.table, "hash": a.hash} for r, a in refs.items()]
         rec["summary"] = summary or None
         rec["seconds"] = time.perf_counter() - t0

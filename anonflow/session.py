@@ -50,10 +50,9 @@ from .dag import Plan, _check_metrics, _check_publisher, build_plan, fragment_pl
 from .errors import AnonflowError, InputError
 from .executors import ExecutorSpec, executor_spec
 from .filemodes import make_ordinary
-from .lineage import _resolve as resolve_step  # the store helper makes it public (store/ledger)
-from .lineage import trace
 from .plugins import Registry, get_registry
-from .retention import held, purge_file
+from .store import held, purge_file, trace
+from .store import resolve_target as resolve_step
 from .runner import Runner, RunResult, load_run_info
 from .schema import FRAGMENT
 from .store import Store
@@ -439,7 +438,7 @@ class Session:
     def runs(self, limit: int) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None]:
         """The newest ``limit`` runs, each with the confidential data it left in the store
         (``held_tables``, ``held_records``, ``purged_tables``); what the store holds in all
-        (:func:`anonflow.retention.held`); the interrupted purge pending, if any."""
+        (:func:`anonflow.store.held`); the interrupted purge pending, if any."""
         with self.open_store(read_only=True) as store:
             rows = store.runs(limit)
             h = held(store)
@@ -498,7 +497,7 @@ class Session:
             return store.get(table_name).hierarchies
 
     def purge(self, **options: Any) -> dict[str, Any]:
-        """Purge the session's store file (:func:`anonflow.retention.purge_file`'s options)."""
+        """Purge the session's store file (:func:`anonflow.store.purge_file`'s options)."""
         return purge_file(self.db, **options)
 
     # -- the engine handle of the release publisher (anonflow.api.Engine) -------------------

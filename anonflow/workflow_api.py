@@ -7,7 +7,7 @@ This is the API for *using* anonflow; :mod:`anonflow.api` is the one for writing
 * :func:`load` reads a workflow file into a :class:`Workflow` (``sources=`` puts in-memory
   tables in place of some of its sources, as :meth:`Workflow.run` can); ``Workflow(...)`` and
   :meth:`Workflow.from_dict` build one in code, whose sources may be in-memory tables (pandas
-  or polars DataFrames, Arrow tables: :mod:`anonflow.memtable`).
+  or polars DataFrames, Arrow tables: :mod:`anonflow.sources.inmemory`).
 * :meth:`Workflow.run` returns a :class:`Result` (``run_id``, ``metrics``, ``outputs``,
   ``steps``, and each step's table as Arrow, :meth:`Result.table`), with the CLI's run
   options (``executor``, ``memory``, ``threads``, ``temp_dir``, ``work_dir``, ``progress``);
@@ -34,10 +34,10 @@ from . import egress
 from .builtins import for_publication
 from .dag import plan_json
 from .errors import AnonflowError, InputError, StoreError, WorkflowError
-from .memtable import arrow_sha256, is_table, to_arrow
+from .sources.inmemory import arrow_sha256, is_table, to_arrow
 from .params import ParamError, suggest, validate_params
 from .plugins import get_registry
-from .retention import purge_file
+from .store import purge_file
 from .safeyaml import load_yaml
 from .session import Session, TerminalProgress
 from .store import Store
@@ -129,8 +129,8 @@ class Workflow:
     A source is a path (relative to ``base_dir``, default the current folder when the workflow
     is made), a mapping as in a workflow file (``{"path": ..., "delimiter": ";"}``), or an
     in-memory table: a pandas or polars DataFrame or an Arrow table, converted to Arrow once,
-    when added (:func:`anonflow.memtable.to_arrow`), and recorded by its content hash
-    (:func:`anonflow.memtable.arrow_sha256`). The workflow is validated when it runs or is
+    when added (:func:`anonflow.sources.inmemory.to_arrow`), and recorded by its content hash
+    (:func:`anonflow.sources.inmemory.arrow_sha256`). The workflow is validated when it runs or is
     planned, exactly as the same workflow file would be; the text the run records is the
     YAML of :meth:`to_dict`, an in-memory source written ``{format: arrow, sha256: ...}``.
 
@@ -327,7 +327,7 @@ class Workflow:
         return out_tables, out_hashes
 
     def source_hashes(self) -> dict[str, str]:
-        """The content hash (:func:`anonflow.memtable.arrow_sha256`) of each in-memory source."""
+        """The content hash (:func:`anonflow.sources.inmemory.arrow_sha256`) of each in-memory source."""
         return dict(self._hashes)
 
     def spec(self, *, set: Overrides = None, seed: int | None = None, sources: Sources = None) -> "WorkflowSpec":
@@ -553,7 +553,7 @@ def purge(db: PathLike, *, everything: bool = False, runs: Sequence[str] | None 
           older_than: "str | datetime.timedelta | None" = None, keep: str = "published",
           dry_run: bool = False) -> dict[str, Any]:
     """Remove the records of sources and intermediate tables from the store file ``db``, as
-    ``anonflow purge`` does (:mod:`anonflow.retention`; docs/store.md): ``everything=True``
+    ``anonflow purge`` does (:mod:`anonflow.store.purge`; docs/store.md): ``everything=True``
     (``--all``), ``runs`` (``--run``), or ``older_than`` (``--older-than``: ``"30d"`` or a
     ``timedelta``); ``keep="published"`` (default) or ``"none"``; ``dry_run`` changes nothing.
     The lineage and every hash are kept, and the store is rewritten into a fresh file. Returns

@@ -540,8 +540,9 @@ def test_a_bad_timeout_is_one_line(cli, project, value):
 def test_the_statement_timeout_is_in_force_on_the_server(pgenv):
     """The session a source is read in has ``statement_timeout`` set: DEFAULT_TIMEOUT without
     ``timeout:``, the source's own with it (read back from the server)."""
-    from anonflow.postgres import DEFAULT_TIMEOUT, SourceReader, check_timeout
-    from anonflow.workflow.spec import SourceSpec
+    from anonflow.pgurl import check_timeout
+    from anonflow.sources.pgtable import DEFAULT_TIMEOUT, SourceReader
+    from anonflow.sourcekind import SourceSpec
 
     def setting(**options) -> str:
         src = SourceSpec("q", "postgres", options={"postgres": pgenv.url(), "query": "SELECT current_setting("

@@ -456,9 +456,9 @@ def test_a_yaml_alias_bomb_is_refused_quickly(cli, tmp_path):
 
 
 def test_filter_sql_that_never_ends_is_interrupted(cli, project, monkeypatch):
-    import anonflow.store
+    import anonflow.sandbox
 
-    monkeypatch.setattr(anonflow.store, "USER_SQL_TIMEOUT", 1.0)
+    monkeypatch.setattr(anonflow.sandbox, "USER_SQL_TIMEOUT", 1.0)
     wf = _filtered(project, "(WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) "
                             "SELECT count(*) FROM t) > 0")
     res = _run(cli, wf, project / "s.duckdb")

@@ -97,10 +97,14 @@ def test_a_source_file_is_read_as_named_not_as_a_pattern(tmp_path, cli):
 
 
 def test_no_glob_fnmatch_or_like_in_the_engine_or_plugins():
-    """No module imports glob or fnmatch, calls Path.glob/rglob, or writes LIKE in SQL."""
+    """No module imports glob or fnmatch, calls Path.glob/rglob, or writes LIKE in SQL; but the
+    parquet-dataset source, whose ``path`` the user declares a pattern (``format:
+    parquet-dataset``: docs/workflows.md)."""
     found = []
     for folder in (ROOT / "anonflow", ROOT / "plugins"):
         for path in folder.rglob("*.py"):  # our own fixed tree: no user name in this pattern
+            if path == ROOT / "anonflow" / "sources" / "parquetdataset.py":
+                continue
             tree = ast.parse(path.read_text(), str(path))
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import) and any(a.name in ("glob", "fnmatch") for a in node.names):

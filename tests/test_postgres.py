@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from anonflow import plugins
-from anonflow.postgres import display, url_problem
-from anonflow.workflow.spec import load_workflow
+from anonflow.pgurl import display, url_problem
+from anonflow.workflow import load_workflow
 
 from . import pgserver
 
@@ -74,12 +74,13 @@ def table_exists(pg, name: str) -> bool:
 
 def adult_arrow() -> pa.Table:
     """adult.csv as anonflow reads it (DuckDB's types: age BIGINT, the rest VARCHAR), in file order."""
-    from anonflow.workflow.spec import SourceSpec
+    from anonflow.sourcekind import SourceSpec
+    from anonflow.sources import load_source
     from anonflow.store import Store
 
     with Store(":memory:") as store:
-        art = store.load_source(SourceSpec("adult", "csv", ARX / "adult.csv", options={"delimiter": ";"}),
-                                run_id="load", file_hash="")
+        art = load_source(store, SourceSpec("adult", "csv", ARX / "adult.csv", options={"delimiter": ";"}),
+                          run_id="load")
         return store.sql(f'SELECT * EXCLUDE (_row) FROM "{art.table}" ORDER BY _row')
 
 

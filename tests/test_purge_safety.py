@@ -75,7 +75,7 @@ def test_a_store_with_other_names_is_refused_in_one_line_and_both_names_stay_int
 #: test kills it (SIGKILL: no handler, no cleanup)
 _PAUSED = """
 import sys, time, pathlib
-import anonflow.store as store
+import anonflow.store.erase as store
 ready, point = pathlib.Path(sys.argv[1]), sys.argv[2]
 
 def pause(*args, **kwargs):
@@ -83,7 +83,7 @@ def pause(*args, **kwargs):
     time.sleep(120)
 
 if point == "before-rewrite":
-    store.Store.rewrite = pause
+    store.Erase.rewrite = pause
 else:  # after the fresh file replaced the old one, before the old bytes are zeroed
     store._zero_fill = pause
 from anonflow.cli import main

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import anonflow
-from anonflow.memtable import arrow_sha256, to_arrow
+from anonflow.sources.inmemory import arrow_sha256, to_arrow
 from anonflow.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -233,7 +233,7 @@ def test_duckdb_draws_no_progress_bar_into_the_output(tmp_path):
     """DuckDB draws a progress bar on stdout for any query longer than two seconds, terminal or
     not: it corrupted ``--json`` at 3 million records. Every connection anonflow opens has it
     off, and the sandbox for workflow SQL stays locked."""
-    from anonflow.store import _sandbox
+    from anonflow.sandbox import _sandbox
 
     with Store(tmp_path / "s.duckdb") as store:
         assert store.con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False

@@ -18,7 +18,7 @@ import pytest
 
 from anonflow import filemodes
 from anonflow.errors import AnonflowWarning, InputError, StoreError
-from anonflow.retention import plan_purge, purge
+from anonflow.store import plan_purge, purge
 from anonflow.store import Store
 
 N = 120
@@ -325,7 +325,7 @@ def test_retain_must_be_one_of_its_values(cli, tmp_path):
 
 
 def test_age_parsing():
-    from anonflow.retention import parse_age
+    from anonflow.store import parse_age
 
     assert parse_age("30d") == timedelta(days=30) and parse_age("90m") == timedelta(minutes=90)
     with pytest.raises(InputError, match="older_than '3 days'"):

@@ -16,7 +16,7 @@ from ..codehash import engine_digest, short
 from ..errors import InputError, StoreError
 from ..params import suggest
 from ..plugins import get_registry
-from ..retention import KEEP
+from ..store import KEEP
 from ..session import Session
 from ..workflow.reference import json_schema_text
 from .shared import (DEFAULT_DB, display_path, echo_json, guard, overrides_text, printable, release_publisher,

@@ -14,6 +14,7 @@ import click
 from .. import egress
 from ..errors import InputError
 from ..session import Session
+from ..sources import recorded_in_memory
 from .shared import echo_json, guard, release_publisher
 
 
@@ -48,7 +49,7 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
                 recorded = json.loads(fh.read())
             name = (recorded.get("publisher") or {}).get("name", "release")
             in_memory = [str(s.get("name")) for s in recorded.get("sources") or []
-                         if isinstance(s, dict) and s.get("format") == "arrow"]
+                         if isinstance(s, dict) and recorded_in_memory(s)]
     except (OSError, ValueError, AttributeError, RecursionError):
         name, in_memory = "release", []
     if not release.is_dir():

@@ -25,18 +25,19 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PlainValidato
 from pydantic_core import PydanticCustomError
 
 from ..params import Param, ParamError, suggest
+from ..sources import is_kind as is_source_kind
 
 #: the largest (and smallest) integer a workflow file may hold: DuckDB's and numpy's 64 bits
 INT_MAX = 2**63 - 1
 INT_MIN = -(2**63)
 #: the largest workflow seed (the store keeps it as a signed 64-bit integer)
 MAX_SEED = INT_MAX
-#: ``retain:``: which of its tables the store keeps after a run (anonflow.retention)
+#: ``retain:``: which of its tables the store keeps after a run (anonflow.store.purge)
 RETAIN = ("all", "published", "none")
 #: what the formats of file, DuckDB and PostgreSQL sources are called
 FORMATS = ("csv", "parquet", "duckdb", "postgres")
 #: the format of an in-memory table (a DataFrame or Arrow table handed over in Python, see
-#: :mod:`anonflow.memtable`); a workflow file cannot hold one
+#: :mod:`anonflow.sources.inmemory`); a workflow file cannot hold one
 IN_MEMORY = "arrow"
 EXECUTOR_KINDS = ("local", "processes", "dask")
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
@@ -356,11 +357,23 @@ class MemorySource(Block):
     description: Optional[Text] = None
 
 
+class OwnSource(Block):
+    """A source of a kind that checks its own keys when it parses its declaration
+    (:mod:`anonflow.sources`: ``parquet-dataset``, or a kind a plugin registers)."""
+
+    model_config = ConfigDict(**{**Block.model_config, "extra": "allow"})
+    WHAT: ClassVar[str] = "{format: KIND, ...}"
+    format: Text = Field(description="`parquet-dataset`, or a source kind a plugin registers: the kind checks "
+                                     "its other keys itself")
+
+
 def _source_kind(value: Any) -> str:
     if isinstance(value, str):
         return "kind=path"
     if not isinstance(value, dict):
         return "kind=file"
+    if value.get("format") not in (*FORMATS, IN_MEMORY, None) and is_source_kind(value.get("format")):
+        return "kind=own"
     if "postgres" in value or value.get("format") == "postgres":
         return "kind=postgres"
     if value.get("format") == IN_MEMORY or "sha256" in value:
@@ -372,7 +385,8 @@ def _source_kind(value: Any) -> str:
 
 Source = Annotated[Union[Annotated[Text, Tag("kind=path")], Annotated[FileSource, Tag("kind=file")],
                          Annotated[DuckdbSource, Tag("kind=duckdb")], Annotated[PostgresSource, Tag("kind=postgres")],
-                         Annotated[MemorySource, Tag("kind=memory")]], Discriminator(_source_kind)]
+                         Annotated[MemorySource, Tag("kind=memory")], Annotated[OwnSource, Tag("kind=own")]],
+                   Discriminator(_source_kind)]
 
 
 # -- the shapes of the built-in steps' structured parameters ------------------------------

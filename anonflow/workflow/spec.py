@@ -15,46 +15,16 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from .. import sources as _sources
 from ..egress import check_scheduler
 from ..errors import InputError, WorkflowError
 from ..executors import ExecutorSpec, executor_spec
 from ..params import suggest
-from ..postgres import check_timeout, url_problem
 from ..safeyaml import DuplicateKeyError, Marks, TooLargeError, load_yaml, load_yaml_marked
+from ..sourcekind import SourceSpec
+from ..store import Resources
 from .checking import check_workflow
-from .model import IN_MEMORY, MAX_SEED, MEMORY_SIZE
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """A named input table: a CSV or Parquet file, a table in a DuckDB database, a table or
-    query of a PostgreSQL database (``options``: ``postgres``, the URL; ``query``), or (format
-    ``arrow``, from the Python API only) an in-memory Arrow table: ``data`` holds it and
-    ``sha256`` its content hash (:func:`anonflow.memtable.arrow_sha256`), which the run
-    records in place of a file's."""
-
-    name: str
-    format: str
-    path: Path | None = None
-    table: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    data: Any = field(default=None, compare=False, repr=False)
-    sha256: str | None = None
-
-    @property
-    def in_memory(self) -> bool:
-        return self.format == IN_MEMORY
-
-    def describe(self) -> str:
-        if self.in_memory:
-            return f"in-memory table {self.name} (sha256 {str(self.sha256)[:16]}...)"
-        if self.format == "postgres":
-            query = self.options.get("query")
-            what = f"table {self.table}" if query is None else f"query {' '.join(str(query).split())!r}"
-            return f"{what} of {self.options['postgres']}"
-        if self.format == "duckdb":
-            return f"table {self.table}" + (f" in {self.path}" if self.path else "")
-        return str(self.path)
+from .model import MAX_SEED, MEMORY_SIZE
 
 
 @dataclass(frozen=True)
@@ -67,27 +37,6 @@ class StepSpec:
     params: dict[str, Any]
     after: tuple[str, ...] = ()
     index: int = 0
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What the store's DuckDB may use: ``memory`` (its memory limit, e.g. ``2GB``; beyond it
-    DuckDB spills to disk), ``threads``, and ``temp_directory`` (where it spills: anonflow
-    makes an owner-only folder of its own inside, removed when the run ends). None: DuckDB's
-    defaults (80 % of the machine's memory, one thread per core, the system's temp folder)."""
-
-    memory: str | None = None
-    threads: int | None = None
-    temp_directory: Path | None = None
-
-    def merged(self, other: "Resources") -> "Resources":
-        """These settings with ``other``'s given ones in their place (CLI flags over the file)."""
-        return Resources(other.memory or self.memory, other.threads or self.threads,
-                         other.temp_directory or self.temp_directory)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"memory": self.memory, "threads": self.threads,
-                "temp_directory": None if self.temp_directory is None else str(self.temp_directory)}
 
 
 def check_memory(value: Any, where: str) -> str:
@@ -341,62 +290,12 @@ def _resources(path: Path, base: Path, data: Any) -> Resources:
 
 
 def _source(path: Path, base: Path, name: str, data: Any, tables: Mapping[str, Any]) -> SourceSpec:
-    """One source (its format checked by the schema: keys, types, which kind)."""
-    where = f"source {name!r}"
-    if isinstance(data, str):
-        data = {"path": data}
-    if data.get("postgres") is not None or data.get("format") == "postgres":
-        return _postgres_source(path, name, data, where)
-    fmt = data.get("format")
-    if fmt == IN_MEMORY or "sha256" in data:
-        if fmt != IN_MEMORY or name not in tables:
-            raise _err(path, f"an in-memory table (format {IN_MEMORY}, sha256) is given in Python, not in a workflow "
-                             "file: pass the DataFrame or Arrow table in Python (anonflow.Workflow, or "
-                             "run(sources={NAME: table}) on a loaded workflow)", where)
-        return SourceSpec(name=name, format=IN_MEMORY, data=tables[name], sha256=str(data.get("sha256")))
-    file = data.get("path") if data.get("path") is not None else data.get("db")
-    resolved = (base / str(file)).resolve() if file is not None else None
-    if fmt is None:
-        if data.get("table") is not None:
-            fmt = "duckdb"
-        elif file is not None:
-            suffix = Path(str(file)).suffix.lower()
-            fmt = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet",
-                   ".duckdb": "duckdb", ".db": "duckdb"}.get(suffix)
-            if fmt is None:
-                raise _err(path, f"cannot tell the format of {file!r} from its extension; add format: csv|parquet|duckdb", where)
-        else:
-            raise _err(path, "a source needs 'path' (a CSV or Parquet file) or 'table' (a DuckDB table)", where)
-    if fmt == "duckdb" and not data.get("table"):
-        raise _err(path, "a DuckDB source needs 'table'", where)
-    options = {k: data[k] for k in ("delimiter", "header", "quote", "na_values", "types") if data.get(k) is not None}
-    if "na_values" in options:
-        na = options["na_values"]
-        options["na_values"] = [na] if isinstance(na, str) else list(na)
-    return SourceSpec(name=name, format=fmt, path=resolved, table=data.get("table"), options=options)
-
-
-def _postgres_source(path: Path, name: str, data: Mapping, where: str) -> SourceSpec:
-    """``{postgres: URL, table: NAME}`` or ``{postgres: URL, query: SELECT ...}`` (anonflow.postgres)."""
-    problem = url_problem(data.get("postgres"))
-    if problem is not None:  # never repeated: it may hold a password
-        raise _err(path, f"'postgres' {problem}", where)
-    table, query = data.get("table"), data.get("query")
-    if (table is None) == (query is None):
-        raise _err(path, "a postgres source needs 'table' (NAME or SCHEMA.NAME) or 'query' (a SELECT), not both", where)
-    for key, value in (("table", table), ("query", query)):
-        if value is not None and not value.strip():
-            raise _err(path, f"'{key}' must be a non-empty string, got {value!r}", where)
-    options: dict[str, Any] = {"postgres": data["postgres"]}
-    if query is not None:
-        options["query"] = query
-    if data.get("timeout") is not None:  # the query's statement_timeout on the server
-        try:
-            check_timeout(data["timeout"])
-        except InputError as exc:
-            raise _err(path, exc.message, where) from None
-        options["timeout"] = data["timeout"]
-    return SourceSpec(name=name, format="postgres", table=table, options=options)
+    """One source (its format checked by the schema: keys, types, which kind), parsed by its
+    kind (:mod:`anonflow.sources`)."""
+    try:
+        return _sources.parse(name, data, base, tables)
+    except WorkflowError as exc:
+        raise _err(path, exc.message, f"source {name!r}") from None
 
 
 def _step(path: Path, name: str, data: Any, index: int) -> StepSpec:

@@ -59,14 +59,14 @@ if mode == "read-adbc":
         cur.close()
     print(json.dumps({"rows": n, "seconds": time.perf_counter() - t0}))
 elif mode == "read-anonflow":
-    from anonflow.workflow.spec import SourceSpec
+    from anonflow.sources import load_source
+    from anonflow.sourcekind import SourceSpec
     from anonflow.store import Store
     db = work / "read.duckdb"
     if db.exists():
         db.unlink()
     with Store(db) as store:
-        art = store.load_source(SourceSpec("adult", "postgres", None, "adult", {"postgres": url}), run_id="b",
-                                file_hash="")
+        art = load_source(store, SourceSpec("adult", "postgres", None, "adult", {"postgres": url}), run_id="b")
     db.unlink()
     print(json.dumps({"rows": art.rows, "seconds": time.perf_counter() - t0}))
 else:  # write-<publisher>

@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from anonflow.api import CLASS, ROW, InputError, Partition, RunError, TypedTable, Typing, file_sha256, suppression_limit
-from anonflow.lineage import canonical_json
+from anonflow.canonjson import canonical_json
 
 from .. import __version__
 from .checks import release_checks, run_checks, scratch_context, threshold_misses

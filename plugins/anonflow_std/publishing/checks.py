@@ -30,7 +30,7 @@ import numpy as np
 from anonflow.api import RunInfo, StepContext, TypedTable
 from anonflow.builtins import metric_entries
 from anonflow.errors import InputError
-from anonflow.lineage import canonical_json
+from anonflow.canonjson import canonical_json
 from anonflow.params import ParamError, validate_params
 
 

@@ -14,7 +14,7 @@ server in batches, sorted by every column, and hashed as it passes (:class:`Stre
 lossy-join pair, and a table with nested columns, are written from memory.
 
 The URL names no password (it is refused: PGPASSWORD or ``.pgpass``, see
-:mod:`anonflow.postgres`). Each table written is one :class:`Output`: ``path``
+:mod:`anonflow.pgconnect`). Each table written is one :class:`Output`: ``path``
 ``postgresql://user@host:port/database#schema.table``, ``sha256`` anonflow's content hash of
 the records written (:func:`anonflow.table.table_hash`, independent of their order) and rows.
 The publisher touches no table but those it is told to write.
@@ -75,7 +75,7 @@ class PostgresPublisher(Publisher):
         return [params["url"]]
 
     def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **_: Any) -> None:
-        from anonflow.postgres import check_url
+        from anonflow.pgurl import check_url
 
         check_url(params["url"], "postgres: 'url'")
         _name(params["schema"], "schema")
@@ -112,7 +112,8 @@ class PostgresPublisher(Publisher):
                                                                              "partner": params["qi_table"]}}))]
 
     def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[Output]:
-        from anonflow.postgres import connect, display, message, quote_ident
+        from anonflow.pgconnect import connect
+        from anonflow.pgurl import display, message, quote_ident
         from anonflow.table import table_hash
 
         self.check(params)

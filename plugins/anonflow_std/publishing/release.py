@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 
 from anonflow.api import (CLASS, ROW, InputError, Output, Param, Publisher, RunError, RunInfo, StepContext,
                           TypedTable, Typing, file_sha256, fsync_folder, make_ordinary)
-from anonflow.lineage import canonical_json
+from anonflow.canonjson import canonical_json
 
 from .. import __version__
 from ..common import sensitive_column

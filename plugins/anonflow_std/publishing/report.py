@@ -30,7 +30,7 @@ import numpy as np
 
 from anonflow.api import CLASS, ROW, InputError, PurgedError, RunError, RunInfo, TypedTable, sql_ident
 from anonflow.builtins import metric_entries
-from anonflow.lineage import canonical_json
+from anonflow.canonjson import canonical_json
 
 from .. import __version__
 from .checks import clean_number, planned_checks, run_check, scratch_context

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from anonflow import egress
 from anonflow.api import CLASS, AnonflowError, InputError, cleanup_on_termination, file_sha256, sandboxed_connection
-from anonflow.lineage import canonical_json
+from anonflow.canonjson import canonical_json
 
 from .checks import release_checks, show_value, threshold_misses, verdict
 from .release import (FILE_FIELDS, LOSSY_KEY, MANIFEST, MANIFEST_FIELDS, MANIFEST_RECORDS, PLAIN_NAME,
@@ -948,7 +948,7 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, eng
                 continue
             if src.format != rec.get("format"):
                 reasons.append(f"source {name} is {src.format} in the workflow, {rec.get('format')} in the manifest")
-            if src.format == "postgres":  # the same server, table or query as recorded
+            if src.kind.remote:  # the same server, table or query as recorded
                 if rec.get("path") is not None or rec.get("table") != src.table or rec.get("options") != src.options:
                     reasons.append(f"source {name} reads {src.describe()} in the workflow, but the manifest records "
                                    "another connection, table or query")
@@ -1110,7 +1110,7 @@ def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f
     from anonflow.errors import AnonflowError
     from anonflow.store import Store
 
-    pg = {name: src for name, src in spec.sources.items() if src.format == "postgres"}
+    pg = {name: src for name, src in spec.sources.items() if src.kind.remote}
     if not pg:
         return False, False
     changed = unread = False
@@ -1121,7 +1121,7 @@ def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f
             rec = recorded[idx] if idx is not None else {}
             what, label = f"source {name}", src.describe()
             try:
-                art = store.load_source(src, run_id="verify", file_hash="")
+                art = src.kind.load(store, src, run_id="verify")
             except AnonflowError as exc:
                 f.add(False, what, f"{label} cannot be read: {getattr(exc, 'message', exc)}")
                 unread = True
@@ -1178,7 +1178,7 @@ def _role(manifest: Mapping[str, Any], index: int) -> Any:
 def _dest_text(destination: str) -> str:
     """A destination for a finding, a PostgreSQL URL as libpq reads it (no password)."""
     if destination.split("://", 1)[0].lower() in ("postgresql", "postgres"):
-        from anonflow.postgres import display
+        from anonflow.pgurl import display
 
         return f"postgresql://{display(destination)}"
     return destination

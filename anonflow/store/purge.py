@@ -1,4 +1,4 @@
-"""Retention: which of the store's data tables hold confidential records, and purging them.
+"""Purge (retention): which of the store's data tables hold confidential records, and purging them.
 
 The store keeps every source table and every intermediate table: the original microdata.
 :func:`plan_purge` decides which data tables a purge removes, :func:`purge` removes them and
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
-from .errors import InputError, StoreError
-from .store import Store
+from ..errors import InputError, StoreError
+from .facade import Store
 
 KEEP = ("published", "none")
 #: seconds per unit of an age (``30d``)

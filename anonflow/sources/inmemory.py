@@ -1,11 +1,11 @@
-"""In-memory sources: a pandas or polars DataFrame, or an Arrow table, handed to a workflow in
-Python (:mod:`anonflow.workflow_api`) instead of a file.
+"""The ``arrow`` source: an in-memory table (a pandas or polars DataFrame, or an Arrow table)
+handed to a workflow in Python (:mod:`anonflow.workflow_api`) instead of a file.
 
 :func:`to_arrow` turns what it is given into an Arrow table without going through Python
 objects record by record (polars: ``to_arrow()``, which shares its buffers; pandas:
 ``pyarrow.Table.from_pandas(preserve_index=False)``; Arrow as it is). The store registers that
 table with DuckDB, which reads its buffers in place, and writes it into the store like a file
-source's records (:meth:`anonflow.store.Store.load_source`).
+source's records (:meth:`anonflow.store.Store.ingest`).
 
 :func:`arrow_sha256` is the content hash the run records for it in place of a file's sha256:
 the same table always gives the same hash, so a step fed by the same DataFrame is served from
@@ -15,9 +15,18 @@ the cache like one fed by the same file.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping
 
-from .errors import InputError
+import duckdb
+
+from ..errors import InputError, WorkflowError
+from ..sandbox import connect, duck_message
+from ..sourcekind import Source, SourceSpec
+from ._base import checker, ingest, register_arrow, where
+
+#: the format of an in-memory table in a workflow's mapping (``{format: arrow, sha256: ...}``)
+IN_MEMORY = "arrow"
 
 #: records per record batch in the IPC stream :func:`arrow_sha256` hashes
 IPC_BATCH_ROWS = 65_536
@@ -118,3 +127,63 @@ def arrow_sha256(table: Any) -> str:
         for batch in table.to_batches(max_chunksize=IPC_BATCH_ROWS):
             writer.write_batch(batch)
     return sink.hash.hexdigest()
+
+
+class ArrowSource(Source):
+    """An in-memory table: its content hash is :func:`arrow_sha256`, given with it."""
+
+    name = IN_MEMORY
+    description = "an in-memory table given in Python (never in a workflow file)"
+    in_memory = True
+
+    def claims(self, data: Mapping[str, Any]) -> bool:
+        return data.get("format") == IN_MEMORY or "sha256" in data
+
+    def parse(self, name: str, data: Mapping[str, Any], base: Path, tables: Mapping[str, Any]) -> SourceSpec:
+        if data.get("format") != IN_MEMORY or name not in tables:
+            raise WorkflowError(f"an in-memory table (format {IN_MEMORY}, sha256) is given in Python, not in a "
+                                "workflow file: pass the DataFrame or Arrow table in Python (anonflow.Workflow, or "
+                                "run(sources={NAME: table}) on a loaded workflow)")
+        return SourceSpec(name=name, format=IN_MEMORY, data=tables[name], sha256=str(data.get("sha256")), kind=self)
+
+    def describe(self, src: SourceSpec) -> str:
+        return f"in-memory table {src.name} (sha256 {str(src.sha256)[:16]}...)"
+
+    def no_records(self, src: SourceSpec) -> str:
+        return f"the in-memory table {src.name!r} has no records"
+
+    def content_hash(self, src: SourceSpec) -> str:
+        return str(src.sha256)
+
+    def origin(self, src: SourceSpec) -> str:
+        return f"memory:{src.name}"
+
+    def recorded(self, src: SourceSpec) -> tuple[dict[str, Any], str]:
+        return {"path": None, "table": None, "in_memory": src.name}, self.origin(src)
+
+    def files(self, src: SourceSpec) -> list[Path]:
+        return []
+
+
+    def columns(self, src: SourceSpec) -> list[tuple[str, str]]:
+        """DuckDB's names of the Arrow types (registered: nothing is copied)."""
+        checker(self, src)(src.data.column_names, src.data.num_rows)
+        con = connect()
+        try:
+            con.register("_af_incoming", src.data)
+            return [(r[0], r[1]) for r in con.execute("DESCRIBE SELECT * FROM _af_incoming").fetchall()]
+        except duckdb.Error as exc:
+            raise InputError(f"DuckDB cannot read the in-memory table: {duck_message(exc)}", where=where(src)) from None
+        finally:
+            con.close()
+
+    def load(self, store: Any, src: SourceSpec, *, run_id: str) -> Any:
+        # registered (DuckDB reads its buffers in place) and written into the store once, in its order
+        def fill(con: Any, table: str) -> dict[str, str]:
+            register_arrow(con, src.data, table, "DuckDB cannot read the in-memory table", src)
+            return {}
+
+        return ingest(self, store, src, run_id, fill)
+
+
+SOURCE = ArrowSource()
