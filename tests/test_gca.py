@@ -23,8 +23,8 @@ from click.testing import CliRunner
 from anonflow.errors import InputError
 from anonflow.grading import load_grading, parse_grading
 from anonflow.hierarchy import Hierarchy
-from anonflow.kernels.distance import record_distances
-from anonflow.kernels.encode import encode
+from anonflow_std.common.distance import record_distances
+from anonflow_std.common.encode import encode
 from anonflow.schema import CLASS, ROW, Attribute, Typing
 from anonflow.table import TypedTable
 from anonflow.testing import make_context

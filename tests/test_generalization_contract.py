@@ -25,7 +25,7 @@ from anonflow.errors import InputError
 from anonflow.generalization import (OPTION, format_number, generalization, generalized_attribute, interval_label,
                                      interval_labels, mark_generalized, numeric_column, set_label, set_labels,
                                      structured_columns)
-from anonflow.kernels.generalized import Generalized, render
+from anonflow_std.common.generalized import Generalized, render
 from anonflow.params import validate_params
 from anonflow.schema import Attribute, Typing
 from anonflow.testing import make_context, typed_table

@@ -55,6 +55,12 @@ def adult(n=1500, quasi=("age", "sex", "race", "marital-status"), seed=1):
     return t.replace(hierarchies={q: arx_hierarchy(q) for q in quasi})
 
 
+def lattice():
+    """The lattice of the process's registry (the one :func:`use` sets): it looks its privacy
+    models and utility metrics up in the registry it is registered in."""
+    return plugins.get_registry().get("algorithm", "lattice").obj
+
+
 def lattice_params(**given):
     return validate_params(Lattice.params, given)
 
@@ -62,8 +68,8 @@ def lattice_params(**given):
 def run_lattice(table, **given):
     ctx = make_context()
     params = lattice_params(**given)
-    Lattice().check(params, table=table)
-    out = Lattice().run(table, params, ctx)
+    lattice().check(params, table=table)
+    out = lattice().run(table, params, ctx)
     return out, ctx
 
 
@@ -494,7 +500,7 @@ def test_progress_counts_every_node_of_the_lattice_once():
         ctx = make_context()
         ctx.progress = progress
         params = lattice_params(**given)
-        Lattice().run(t, params, ctx)
+        lattice().run(t, params, ctx)
         size = int(next(n for n in ctx.notes if " nodes (" in n).split("lattice: ")[1].split(" nodes")[0])
         assert seen[0] == ("total", size, "lattice nodes")
         steps = [n for kind, n, *_ in seen[1:]]

@@ -21,7 +21,7 @@ import pytest
 
 from anonflow import plugins
 from anonflow.errors import InputError
-from anonflow.kernels.generalized import Domain, Generalized, ds_classes, ds_record_class, relative_loss
+from anonflow_std.common.generalized import Domain, Generalized, ds_classes, ds_record_class, relative_loss
 from anonflow.schema import Attribute
 from anonflow.table import table_hash
 from anonflow.testing import make_context, typed_table

@@ -12,7 +12,7 @@ import pytest
 from anonflow.api import InputError
 from anonflow.testing import make_context, typed_table
 from anonflow_std.generalization.hierarchies import Intervals, Taxonomy
-from anonflow_std.common import entropy
+from anonflow_std.common.columns import entropy
 from anonflow_std.utility.classification import ClassificationAccuracy
 from anonflow_std.utility.hierarchy_loss import EntropyLoss, GeneralizationRl, Loss, MiLoss, _codes, mutual_information
 

@@ -34,9 +34,11 @@ def _plugins(kind: type) -> list:
 
 
 @hookimpl
-def anonflow_register_algorithms(register):
+def anonflow_register_algorithms(register, registry):
+    # an algorithm that uses other plugins (the lattice's privacy models) is registered bound to
+    # the registry it is registered in, and looks them up there
     for plugin in _plugins(Algorithm):
-        register(plugin)
+        register(plugin.bound(registry) if hasattr(plugin, "bound") else plugin)
 
 
 @hookimpl

@@ -204,7 +204,7 @@ def weights() -> None:
     import numpy as np
 
     from anonflow.testing import typed_table
-    from anonflow_std.common import entropy
+    from anonflow_std.common.columns import entropy
     from anonflow_std.utility.hierarchy_loss import _codes, mutual_information
 
     raw = pacsv.read_csv(DATA / "adult" / "adult_full.csv")

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from anonflow.kernels.generalized import (
+from anonflow_std.common.generalized import (
     Domain,
     DSWorkspace,
     Generalized,

@@ -66,7 +66,7 @@ TARGETS = [
             f"{STD}/privacy/kanonymity.py": ["KAnonymity.partition_holds"],
             f"{STD}/privacy/distinct_diversity.py": ["*.partition_holds"],
             f"{STD}/privacy/alphak.py": ["*.partition_holds"],
-            f"{STD}/common.py": ["real_counts", "real_distinct"],
+            f"{STD}/common/columns.py": ["real_counts", "real_distinct"],
         },
         ("tests/test_privacy_sql.py", "tests/test_lattice.py", "tests/test_lattice_oracle.py"),
     ),
@@ -263,7 +263,7 @@ EQUIVALENT: dict[str, str] = {
     f"{AK}: return (sizes >= (params.get(\"k\") or 1)) & (real > 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1) "
     f"=> return (sizes >= (params.get(\"k\") or 1)) * (real > 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1)":
         "* binds before &, and the product of two boolean arrays is the boolean array of their and",
-    f"{STD}/common.py: if j < 0: => if j < -1:":
+    f"{STD}/common/columns.py: if j < 0: => if j < -1:":
         "without a marker j is -1; the marker branch then removes no (class, value) pair (no code % m is -1) and "
         "counts the same distinct values",
     f"{AK}: return (sizes >= (params.get(\"k\") or 1)) & (real > 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1) "

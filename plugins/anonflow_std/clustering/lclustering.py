@@ -2,7 +2,7 @@
 
 Algorithm ``l-clustering``: greedy agglomerative clustering on hierarchy-free generalized
 values (intervals for ordered QIs, sets for unordered ones) with the loss-based distances DS
-of :mod:`anonflow.kernels.generalized`. Its loss metrics, ``generalization-loss`` and
+of :mod:`anonflow_std.common.generalized`. Its loss metrics, ``generalization-loss`` and
 ``relative-loss``, are in :mod:`anonflow_std.utility.generalized_loss`; they read the
 records through the QI space defined here (:func:`qi_space`).
 
@@ -53,8 +53,8 @@ import pyarrow.compute as pc
 
 from anonflow.api import CLASS, Algorithm, Attribute, InputError, Param, StepContext, TypedTable
 from anonflow.generalization import OPTION as GENERALIZED, interval_labels, mark_generalized, set_labels
-from anonflow.kernels.encode import Continuous, Ordinal, encode
-from anonflow.kernels.generalized import (
+from anonflow_std.common.encode import Continuous, Ordinal, encode
+from anonflow_std.common.generalized import (
     Domain,
     DSWorkspace,
     Generalized,
@@ -66,7 +66,7 @@ from anonflow.kernels.generalized import (
 )
 
 from .. import __version__
-from ..common import join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
+from ..common.columns import join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
 
 __all__ = ["LClustering", "l_clustering", "QISpace", "qi_space", "infer_resolution"]
 

@@ -25,7 +25,7 @@ from anonflow.builtins import MISSING_CATEGORY
 from anonflow.grading import Grading
 
 if TYPE_CHECKING:
-    from anonflow.kernels.encode import Encoded
+    from anonflow_std.common.encode import Encoded
 
 
 def continuous_quasi(table: TypedTable, plugin: str) -> list[str]:
@@ -178,8 +178,8 @@ def join_nearest(enc: "Encoded", labels: np.ndarray, pending: np.ndarray) -> int
     Returns how many were placed (none when no record is in a class). Used for the records
     whose sensitive value is missing: they take no part in building classes, and joining a
     class never lowers its real distinct values or raises a real value's share c / r."""
-    from anonflow.kernels.distance import record_distances
-    from anonflow.kernels.encode import Continuous
+    from anonflow_std.common.distance import record_distances
+    from anonflow_std.common.encode import Continuous
 
     pending = np.asarray(pending, dtype=np.int64)
     classed = np.flatnonzero(labels >= 0)

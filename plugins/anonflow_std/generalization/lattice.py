@@ -70,6 +70,7 @@ and the published table are exactly those of the search without the bound
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import heapq
 import math
@@ -80,9 +81,9 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import (CLASS, ROW, Algorithm, InputError, Metric, Param, Partition, RunError, StepContext,
-                          TypedTable, Typing, mark_generalized, sql_ident, suppression_limit)
-from anonflow.params import ParamError, validate_params
+from anonflow.api import (CLASS, ROW, Algorithm, InputError, Metric, Param, ParamError, Partition, RunError,
+                          StepContext, TypedTable, Typing, mark_generalized, sql_ident, suppression_limit,
+                          validate_params)
 
 from .. import __version__
 from ..utility.hierarchy_loss import HierarchyLoss, Levels, LossModel, need_hierarchies
@@ -568,12 +569,26 @@ class Lattice(Algorithm):
                    "satisfying node (with suppression a coarser node may suppress fewer records and score better)"),
     )
 
+    #: the registry this lattice is registered in (:meth:`bound`): its privacy models and
+    #: utility metrics are looked up there
+    registry: Any = None
+
+    def bound(self, registry: Any) -> "Lattice":
+        """This lattice, for the registry ``registry`` (``anonflow_register_algorithms``)."""
+        lattice = copy.copy(self)
+        lattice.registry = registry
+        return lattice
+
     # -- parameters -------------------------------------------------------------------
 
-    def _model(self, params: Mapping[str, Any]) -> tuple[Metric, dict[str, Any]]:
-        from anonflow.plugins import get_registry
+    def _registry(self) -> Any:
+        if self.registry is None:
+            raise RunError("lattice: this lattice is not registered in a plugin registry, where its privacy models "
+                           "are looked up; use the registered one (registry.get('algorithm', 'lattice').obj)")
+        return self.registry
 
-        reg = get_registry()
+    def _model(self, params: Mapping[str, Any]) -> tuple[Metric, dict[str, Any]]:
+        reg = self._registry()
         name = params["model"]
         if not reg.has("metric", name):
             known = [n for n in reg.names("metric") if _offers_partition(reg.get("metric", n).obj)]
@@ -591,9 +606,7 @@ class Lattice(Algorithm):
         return obj, mparams
 
     def _utility(self, params: Mapping[str, Any]) -> tuple[Metric, dict[str, Any]]:
-        from anonflow.plugins import get_registry
-
-        reg = get_registry()
+        reg = self._registry()
         name = params["utility"]
         if not reg.has("metric", name):
             raise InputError(f"lattice: unknown utility metric {name!r}; e.g. loss, entropy-loss, mi-loss, "
@@ -608,12 +621,10 @@ class Lattice(Algorithm):
     def references(self, params: Mapping[str, Any]) -> list[str]:
         """The model's parameters of kind ``step`` (delta-presence's and k-map's
         ``population``): the search reads that table, so the step depends on it."""
-        from anonflow.plugins import get_registry
-
-        reg = get_registry()
+        reg = self.registry
         name = params.get("model", "k-anonymity")
         given = params.get("model_params") or {}
-        if not isinstance(name, str) or not reg.has("metric", name) or not isinstance(given, Mapping):
+        if reg is None or not isinstance(name, str) or not reg.has("metric", name) or not isinstance(given, Mapping):
             return []
         return [str(given[p.name]) for p in reg.get("metric", name).obj.params
                 if p.kind == "step" and isinstance(given.get(p.name), str)]
@@ -1072,7 +1083,7 @@ def _unreachable(space: Space, model: Metric, mparams: Mapping[str, Any], holds,
     class of the top node. Reads the usual parameters: ``k`` (class size), ``l`` / ``p``
     (distinct sensitive values per class), ``alpha`` and a grading's alpha_i (largest share of
     a value). Vectorized: one partition of the top node and one of the whole table."""
-    from ..common import sensitive_column
+    from ..common.columns import sensitive_column
 
     n = space.n
     table = space.table
@@ -1106,7 +1117,7 @@ def _unreachable_sensitive(space: Space, model: Metric, mparams: Mapping[str, An
                            where: str) -> list[str]:
     """:func:`_unreachable` for the parameters on the sensitive attribute ``s``: ``l`` / ``p``,
     ``alpha`` and a grading's alpha_i (a missing value is no value, as the models count)."""
-    from ..common import grading_of, real_counts, real_distinct
+    from ..common.columns import grading_of, real_counts, real_distinct
 
     n = space.n
     table = space.table

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from anonflow.api import CLASS, InputError, Output, Param, Publisher, StepContext, TypedTable, atomic_write, sql_ident
 
 from .. import __version__
-from ..common import sensitive_column
+from ..common.columns import sensitive_column
 from ..publishing.publishers import csv_columns
 
 

@@ -1,7 +1,7 @@
 """Grey relational similarity for the MDAV-family loops: GRAV and V-GRAV (seed 003).
 
 :class:`Grey` plugs the *balanced adjacent degree* ``B`` (SPEC section 8, seed 003 Def.
-1-3; ``anonflow.kernels.grey``) into :func:`~anonflow_std.microaggregation.kernels.mdav_partition` and
+1-3; ``anonflow_std.microaggregation.grey_degree``) into :func:`~anonflow_std.microaggregation.kernels.mdav_partition` and
 :func:`~anonflow_std.microaggregation.kernels.vmdav_partition` in place of the Euclidean distance:
 "farthest" becomes least ``B``, "nearest" becomes largest ``B``, and V-MDAV's extension
 test becomes ``gamma * b_in > b_out``.
@@ -33,7 +33,7 @@ coefficient of one query is ``c * a / (|d_k| + a)`` with the same ``c = (Dmin + 
 and the balance degree ``E`` does not change when all coefficients are scaled: so
 ``B = c * B0``, ``B0`` being the degree with ``Dmin = 0`` (:func:`_degree0`: with
 ``r0(k) = a / (|d_k| + a)``, ``S`` and ``T = sum r0 ln r0`` summed over the attributes in
-order, ``B0 = min(1, (S ln S - T) / (m ln m))``, the form of ``anonflow.kernels.grey``;
+order, ``B0 = min(1, (S ln S - T) / (m ln m))``, the form of ``anonflow_std.microaggregation.grey_degree``;
 ``B0 = r0`` when ``m = 1`` and 1 when ``Dmax = 0``).  Rankings within a query (nearest,
 farthest, a leftover's group) compare ``B0``; the extension test, which compares ``B`` of
 different references, uses ``B = min(1, c * B0)`` (:func:`grey_scores`).  Every decision

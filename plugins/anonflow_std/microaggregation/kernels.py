@@ -8,7 +8,7 @@ Two loops, each written once, and a pluggable *similarity* that answers their qu
   groups grown by an extension test.
 
 With :class:`Euclidean` similarity (the default) they are MDAV and V-MDAV; with
-:class:`~anonflow_std.microaggregation.grey.Grey` (the balanced adjacent degree of grey relational
+:class:`~anonflow_std.microaggregation.grey_similarity.Grey` (the balanced adjacent degree of grey relational
 analysis, seed 003) they are GRAV and V-GRAV.  The loops speak of *farthest* (least similar)
 and *nearest* (most similar) records only; a similarity decides what that means.
 

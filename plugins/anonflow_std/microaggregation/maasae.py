@@ -2,7 +2,7 @@
 
 p-sensitive k-anonymity by greedy microaggregation on mixed-type quasi-identifiers
 (continuous, ordinal, nominal, semantic; SPEC section 1 distances and centroids, encoded by
-:mod:`anonflow.kernels`). A class G grows one record (or one formed class) at a time; each
+:mod:`anonflow_std.common`). A class G grows one record (or one formed class) at a time; each
 step takes the addition with the largest anonymity protection factor APF = EA / ILA (gain of
 the sensitive attribute's entropy over gain of information loss), or the smallest ILA
 (``objective: min-il``, the seed's MAA-MINIL). Leftover records join the class of largest
@@ -53,11 +53,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable
-from anonflow.kernels.distance import centroids
-from anonflow.kernels.encode import Continuous, Encoded, Nominal, Ordinal, Semantic, encode
+from anonflow_std.common.distance import centroids
+from anonflow_std.common.encode import Continuous, Encoded, Nominal, Ordinal, Semantic, encode
 
 from .. import __version__
-from ..common import entropy, join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
+from ..common.columns import entropy, join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
 
 __all__ = ["Maasae", "maasae_partition", "record_scores", "entropy", "apf", "OBJECTIVES"]
 

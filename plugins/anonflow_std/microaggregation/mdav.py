@@ -3,7 +3,7 @@
 ``mdav``, ``v-mdav``, ``grav`` and ``v-grav`` share one implementation: two loops
 (:func:`~anonflow_std.microaggregation.kernels.mdav_partition`, :func:`~anonflow_std.microaggregation.kernels.vmdav_partition`)
 and a pluggable similarity (:class:`~anonflow_std.microaggregation.kernels.Euclidean` or
-:class:`~anonflow_std.microaggregation.grey.Grey`).  ``refine`` improves any given partition by
+:class:`~anonflow_std.microaggregation.grey_similarity.Grey`).  ``refine`` improves any given partition by
 local search (:mod:`anonflow_std.microaggregation.refine`).
 """
 
@@ -17,7 +17,7 @@ import pyarrow as pa
 from anonflow.api import CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable, sql_ident
 
 from .. import __version__
-from ..common import continuous_quasi, standardization, zscores
+from ..common.columns import continuous_quasi, standardization, zscores
 
 
 def publish_group_means(table: TypedTable, columns: list[str], X: np.ndarray, labels: np.ndarray,
@@ -221,7 +221,7 @@ class Grav(_Microaggregation):
 
     def partition(self, Z, params, report, ctx):
         from .kernels import mdav_partition
-        from .grey import Grey
+        from .grey_similarity import Grey
 
         return mdav_partition(Z, params["k"], progress=report, similarity=Grey(params["zeta"]))
 
@@ -280,7 +280,7 @@ class VGrav(_Variable):
     )
 
     def similarity(self, params):
-        from .grey import Grey
+        from .grey_similarity import Grey
 
         return Grey(params["zeta"])
 

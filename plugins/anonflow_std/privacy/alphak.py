@@ -17,7 +17,7 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 from anonflow.grading import Grading
 
 from .. import __version__
-from ..common import EPS, check_sensitive, grading_of, missing_marker, real_counts, sensitive_column
+from ..common.columns import EPS, check_sensitive, grading_of, missing_marker, real_counts, sensitive_column
 from .counts import Sql, counted_part, flagged_counts_sql, grading_bounds, table_counts_sql
 from .wildcard import refuse_null_qis
 

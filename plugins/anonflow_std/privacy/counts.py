@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from anonflow.api import CLASS, ROW, InputError, Param, TypedTable, sql_ident
 from anonflow.grading import Grading
 
-from ..common import missing_marker
+from ..common.columns import missing_marker
 
 Sql = Callable[..., pa.Table]
 

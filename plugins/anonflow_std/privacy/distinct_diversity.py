@@ -23,7 +23,7 @@ import pyarrow as pa
 from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from .. import __version__
-from ..common import real_distinct, sensitive_column
+from ..common.columns import real_distinct, sensitive_column
 from .counts import BY, SENSITIVE, claimed, class_counts_sql, grouped_part, grouping
 from .wildcard import refuse_null_qis
 

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from anonflow.api import InputError, Metric, Param, Partition, StepContext, TypedTable
-from anonflow_std.common import missing_marker, sensitive_column
+from anonflow_std.common.columns import missing_marker, sensitive_column
 from anonflow_std.privacy.published_classes import BY, EPS, SENSITIVE, published_classes, real_matrix
 from anonflow_std.privacy.wildcard import refuse_null_qis
 

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from anonflow.api import InputError, Metric, Param, Partition, StepContext, TypedTable
-from anonflow_std.common import missing_marker, sensitive_column
+from anonflow_std.common.columns import missing_marker, sensitive_column
 from anonflow_std.privacy.published_classes import BY, EPS, SENSITIVE, published_classes, real_matrix
 from anonflow_std.privacy.wildcard import refuse_null_qis
 

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from anonflow.api import InputError, Output, Param, Publisher, StepContext, TypedTable
 
 from .. import __version__
-from ..common import sensitive_column
+from ..common.columns import sensitive_column
 from ..lossyjoin.publisher import k_figures, k_sentence, split_tables
 
 #: how long the publisher waits for a lock on a table (another session using it) before failing

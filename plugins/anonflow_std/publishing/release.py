@@ -54,7 +54,7 @@ from anonflow.api import (CLASS, ROW, InputError, Output, Param, Publisher, RunE
 from anonflow.lineage import canonical_json
 
 from .. import __version__
-from ..common import sensitive_column
+from ..common.columns import sensitive_column
 from ..lossyjoin.publisher import K_MEANING, check_header_name, k_figures, split_tables
 from ..privacy.counts import pair_consistency_sql
 from . import report as report_mod

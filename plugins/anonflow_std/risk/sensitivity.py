@@ -12,7 +12,7 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 from anonflow.grading import Grading, sensitivity_distance
 
 from .. import __version__
-from ..common import check_sensitive, grading_of, missing_marker, sensitive_column
+from ..common.columns import check_sensitive, grading_of, missing_marker, sensitive_column
 from ..privacy.counts import Sql, counted_part, grading_bounds, sql_literal, table_counts_sql
 from ..privacy.wildcard import refuse_null_qis
 

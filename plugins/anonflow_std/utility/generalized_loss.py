@@ -5,7 +5,7 @@ They compare [original, anonymized]: each original record's published value
 (:func:`published_values`: read from the structured columns ``l-clustering`` publishes, or
 induced from the data for any other published QI column) with its original value, in the QI
 space of :mod:`anonflow_std.clustering.lclustering`, with the kernels of
-:mod:`anonflow.kernels.generalized`.
+:mod:`anonflow_std.common.generalized`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from anonflow.api import ROW, InputError, Metric, Param, StepContext, TypedTable
 from anonflow.generalization import generalization
-from anonflow.kernels.generalized import Generalized, attribute_loss, covers
+from anonflow_std.common.generalized import Generalized, attribute_loss, covers
 
 from .. import __version__
 from ..clustering.lclustering import QISpace, qi_space

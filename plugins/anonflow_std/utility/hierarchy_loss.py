@@ -40,11 +40,11 @@ import pyarrow.compute as pc
 
 from anonflow.api import CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable, sql_ident
 from anonflow.hierarchy import encode, lookup, value_keys
-from anonflow.kernels.generalized import Domain, Generalized, attribute_loss
+from anonflow_std.common.generalized import Domain, Generalized, attribute_loss
 
 from .. import __version__
 from ..clustering.lclustering import infer_resolution
-from ..common import aligned, entropy
+from ..common.columns import aligned, entropy
 
 # -- hierarchies as integer codes ------------------------------------------------------
 
@@ -149,7 +149,7 @@ def rl_widths(lv: Levels, attr: Attribute | None) -> tuple[list[np.ndarray], flo
     whole domain's loss per record (the attribute's weight in RL).
 
     One implementation with the ``relative-loss`` metric: the loss of publishing a label is
-    :func:`anonflow.kernels.generalized.attribute_loss` of a leaf under it generalized to the
+    :func:`anonflow_std.common.generalized.attribute_loss` of a leaf under it generalized to the
     label's interval [a*, b*] of covered leaf positions (ordered attributes, "+1" unit
     :func:`~anonflow_std.clustering.lclustering.infer_resolution` of the leaves) or set of covered leaves
     (unordered) -- the same for every leaf under the label. The domain is the hierarchy's

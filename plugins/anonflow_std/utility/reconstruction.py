@@ -15,7 +15,7 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 from anonflow.hierarchy import value_keys
 
 from .. import __version__
-from ..common import aligned, check_sensitive, sensitive_column, typed_input
+from ..common.columns import aligned, check_sensitive, sensitive_column, typed_input
 from ..privacy.counts import Sql, counted_part, table_counts_sql
 
 
