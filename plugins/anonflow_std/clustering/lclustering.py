@@ -51,8 +51,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import CLASS, Algorithm, Attribute, InputError, Param, StepContext, TypedTable
-from anonflow.generalization import OPTION as GENERALIZED, interval_labels, mark_generalized, set_labels
+from anonflow.api import GENERALIZATION_OPTION as GENERALIZED
+from anonflow.api import (CLASS, Algorithm, Attribute, InputError, Param, StepContext, TypedTable, interval_labels,
+                          mark_generalized, set_labels)
 from anonflow_std.common.encode import Continuous, Ordinal, encode
 from anonflow_std.common.generalized import (
     Domain,

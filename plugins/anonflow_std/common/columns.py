@@ -19,10 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import (ROW, InputError, Partition, StepContext, TypedTable, generalization, numeric_column,
-                          sql_ident)
-from anonflow.builtins import MISSING_CATEGORY
-from anonflow.grading import Grading
+from anonflow.api import (MISSING_CATEGORY, ROW, Grading, InputError, Partition, StepContext, TypedTable, generalization,
+                          numeric_column, sql_ident)
 
 if TYPE_CHECKING:
     from anonflow_std.common.encode import Encoded

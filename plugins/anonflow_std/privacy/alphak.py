@@ -13,8 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
-from anonflow.grading import Grading
+from anonflow.api import Grading, InputError, Metric, Param, StepContext, TypedTable
 
 from .. import __version__
 from ..common.columns import EPS, check_sensitive, grading_of, missing_marker, real_counts, sensitive_column

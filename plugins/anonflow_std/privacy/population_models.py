@@ -50,8 +50,8 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable, generalization, sql_ident
-from anonflow.hierarchy import value_keys
+from anonflow.api import (CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable, generalization, sql_ident,
+                          value_keys)
 from anonflow_std.privacy.wildcard import refuse_null_qis
 
 __version__ = "0.1.0"

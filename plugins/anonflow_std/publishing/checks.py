@@ -27,11 +27,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from anonflow.api import RunInfo, StepContext, TypedTable
-from anonflow.builtins import metric_entries
-from anonflow.errors import InputError
-from anonflow.lineage import canonical_json
-from anonflow.params import ParamError, validate_params
+from anonflow.api import (InputError, ParamError, RunInfo, StepContext, TypedTable, canonical_json, metric_entries,
+                          validate_params)
 
 
 def planned_checks(info: RunInfo, released: dict[str, Any] | None, claims: Mapping[str, Any],

@@ -50,8 +50,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from anonflow.api import (CLASS, ROW, InputError, Output, Param, Publisher, RunError, RunInfo, StepContext,
-                          TypedTable, Typing, file_sha256, fsync_folder, make_ordinary)
-from anonflow.lineage import canonical_json
+                          TypedTable, Typing, canonical_json, file_sha256, fsync_folder, make_ordinary, relative_paths)
 
 from .. import __version__
 from ..common.columns import sensitive_column
@@ -649,11 +648,9 @@ class Release(Publisher):
     # -- publish ------------------------------------------------------------------------
 
     def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[Output]:
-        from anonflow.plugins import get_registry
-
         self.check(params)
         info = ctx.run_info()
-        registry = get_registry()
+        registry = ctx.registry
         key = signing_key(info.workflow_dir, params["sign"]) if params.get("sign") is not None else None
         target = ctx.resolve_output(params["path"])
         if target.exists() and not (target / MANIFEST).is_file():
@@ -687,8 +684,6 @@ class Release(Publisher):
               registry: Any, target: Path, key: Any = None) -> dict[str, Any]:
         """Write the release into the (temporary) directory ``out``; return its manifest. With
         ``key`` (an Ed25519 private key), also ``manifest.sig``, the signature of the manifest's bytes."""
-        from anonflow.runner import relative_paths
-
         base = info.workflow_dir
         cur = info.current or {}
         released = info.step(cur["inputs"][0]["name"]) if cur.get("inputs") else None
@@ -781,8 +776,6 @@ class Release(Publisher):
     @staticmethod
     def _step(s: Mapping[str, Any], info: RunInfo, base: Path, release_dir: Path,
               declared: Mapping[str, str]) -> dict[str, Any]:
-        from anonflow.runner import relative_paths
-
         params = _unsigned_params(s.get("params")) if s["kind"] == "publish" else dict(s.get("params") or {})
         if s["kind"] == "source":
             path = _source_path(s["step"], params.get("path"), base, declared)
@@ -823,9 +816,7 @@ class Release(Publisher):
 
     def report(self, info: RunInfo) -> str:
         """The report page of a recorded run (``anonflow report``)."""
-        from anonflow.plugins import get_registry
-
-        return report_mod.render(info, get_registry())
+        return report_mod.render(info, info.registry)
 
     def verify(self, release: Path, *, rerun: bool = False, db: Path | None = None,
                sources: Path | None = None, key: Path | None = None) -> dict[str, Any]:

@@ -37,8 +37,8 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, ROW, InputError, Partition, RunError, TypedTable, Typing, file_sha256, suppression_limit
-from anonflow.lineage import canonical_json
+from anonflow.api import (CLASS, ROW, InputError, Partition, RunError, TypedTable, Typing, canonical_json,
+                          file_sha256, suppression_limit, validate_params)
 
 from .. import __version__
 from .checks import release_checks, run_checks, scratch_context, threshold_misses
@@ -140,8 +140,6 @@ def _class_verdicts(table: TypedTable, claims: Mapping[str, Any], registry: Any)
         obj = registry.get("metric", name).obj
         if type(obj).partition_holds is Metric.partition_holds:
             continue
-        from anonflow.params import validate_params
-
         declared = {p.name for p in obj.params}
         try:
             mparams = validate_params(obj.params, {k: v for k, v in (given or {}).items() if k in declared})

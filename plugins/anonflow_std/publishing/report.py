@@ -28,9 +28,8 @@ from typing import Any, Mapping
 import networkx as nx
 import numpy as np
 
-from anonflow.api import CLASS, ROW, InputError, PurgedError, RunError, RunInfo, TypedTable, sql_ident
-from anonflow.builtins import metric_entries
-from anonflow.lineage import canonical_json
+from anonflow.api import (CLASS, ROW, InputError, PurgedError, RunError, RunInfo, TypedTable, canonical_json, metric_entries,
+                          sql_ident)
 
 from .. import __version__
 from .checks import clean_number, planned_checks, run_check, scratch_context

@@ -33,8 +33,8 @@ from typing import Any, Mapping
 import pyarrow.parquet as pq
 
 from anonflow import egress
-from anonflow.api import CLASS, InputError, cleanup_on_termination, file_sha256, sandboxed_connection
-from anonflow.lineage import canonical_json
+from anonflow.api import (CLASS, InputError, canonical_json, cleanup_on_termination, file_sha256, postgres_display,
+                          sandboxed_connection)
 
 from .checks import release_checks, show_value, threshold_misses, verdict
 from .release import (FILE_FIELDS, LOSSY_KEY, MANIFEST, MANIFEST_FIELDS, MANIFEST_RECORDS, PLAIN_NAME,
@@ -1184,9 +1184,7 @@ def _role(manifest: Mapping[str, Any], index: int) -> Any:
 def _dest_text(destination: str) -> str:
     """A destination for a finding, a PostgreSQL URL as libpq reads it (no password)."""
     if destination.split("://", 1)[0].lower() in ("postgresql", "postgres"):
-        from anonflow.postgres import display
-
-        return f"postgresql://{display(destination)}"
+        return f"postgresql://{postgres_display(destination)}"
     return destination
 
 

@@ -8,8 +8,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
-from anonflow.grading import Grading, sensitivity_distance
+from anonflow.api import Grading, InputError, Metric, Param, StepContext, TypedTable, sensitivity_distance
 
 from .. import __version__
 from ..common.columns import check_sensitive, grading_of, missing_marker, sensitive_column

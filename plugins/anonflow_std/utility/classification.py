@@ -12,8 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from anonflow.api import (CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable,
-                          generalization, numeric_column)
-from anonflow.hierarchy import value_keys
+                          generalization, numeric_column, value_keys)
 
 from .. import __version__
 from .hierarchy_loss import Levels, _codes, label_column

@@ -16,8 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import ROW, InputError, Metric, Param, StepContext, TypedTable
-from anonflow.generalization import generalization
+from anonflow.api import ROW, InputError, Metric, Param, StepContext, TypedTable, generalization
 from anonflow_std.common.generalized import Generalized, attribute_loss, covers
 
 from .. import __version__

@@ -38,8 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable, sql_ident
-from anonflow.hierarchy import encode, lookup, value_keys
+from anonflow.api import (CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable, lookup,
+                          sql_ident, value_codes, value_keys)
 from anonflow_std.common.generalized import Domain, Generalized, attribute_loss
 
 from .. import __version__
@@ -188,7 +188,7 @@ def rl_widths(lv: Levels, attr: Attribute | None) -> tuple[list[np.ndarray], flo
 def _codes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Each record's value as a code (values numbered in order of first appearance, as their
     hierarchy keys: :func:`anonflow.hierarchy.value_keys`)."""
-    distinct, indices = encode(values)
+    distinct, indices = value_codes(values)
     keys = pc.dictionary_encode(value_keys(distinct)).indices.to_numpy(zero_copy_only=False)
     return lookup(keys, indices)
 
@@ -260,7 +260,7 @@ def published_nodes(lv: Levels, rows: np.ndarray, published: pa.Array | pa.Chunk
                     plugin: str) -> tuple[np.ndarray, np.ndarray]:
     """(level, label code) each record was published as: the lowest level whose label on the
     record's own hierarchy path equals the published text."""
-    distinct, indices = encode(published)
+    distinct, indices = value_codes(published)
     pub = value_keys(distinct)   # each distinct published text once
     n = len(rows)
     level = np.full(n, -1, dtype=np.int64)

@@ -11,8 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
-from anonflow.hierarchy import value_keys
+from anonflow.api import InputError, Metric, Param, StepContext, TypedTable, value_keys
 
 from .. import __version__
 from ..common.columns import aligned, check_sensitive, sensitive_column, typed_input
