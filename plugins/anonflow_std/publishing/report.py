@@ -33,6 +33,7 @@ from anonflow.api import (CLASS, ROW, InputError, PurgedError, RunError, RunInfo
 
 from .. import __version__
 from .checks import clean_number, planned_checks, run_check, scratch_context
+from .manifest import public_overrides
 
 #: the rule that picks the runs of a parameter sweep (also shown on the page and in docs/releases.md)
 SWEEP_RULE = ("points: this run and the earlier successful runs of the same workflow (same name and same file "
@@ -717,8 +718,6 @@ def render(info: RunInfo, registry: Any) -> str:
     parts: list[str] = []
 
     # header
-    from .release import public_overrides
-
     overrides = public_overrides(info)
     parts.append(f"<header><h1>Release report: {_e(run['workflow'])}</h1>"
                  f"<p>Workflow file <code>{_e(wf_file)}</code> (sha256 <code>{_e(run['workflow_hash'])}</code>), "
