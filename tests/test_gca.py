@@ -30,7 +30,7 @@ from anonflow.table import TypedTable
 from anonflow.testing import make_context
 from anonflow_std.clustering.gca import AlphaIKGca, AlphaKGca, gca_partition
 from anonflow_std.privacy.alphak import AlphaIKAnonymity, AlphaKAnonymity, alpha_report
-from anonflow_std.privacy.counts import pair_consistency_sql, pair_counts_sql, table_counts_sql
+from anonflow_std.common.counts import pair_consistency_sql, pair_counts_sql, table_counts_sql
 from anonflow_std.risk.sensitivity import SensitivityDistance
 from anonflow_std.utility.reconstruction import ReconstructionDistance
 

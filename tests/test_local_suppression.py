@@ -1,4 +1,4 @@
-"""Suppressed cells as wildcards (``anonflow_std.privacy.wildcard``) and the sdcMicro-style
+"""Suppressed cells as wildcards (``anonflow_std.common.wildcard``) and the sdcMicro-style
 ``local-suppression`` algorithm (``anonflow_std.generalization.local_suppression``)."""
 
 from __future__ import annotations

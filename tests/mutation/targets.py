@@ -47,7 +47,7 @@ TARGETS = [
         "privacy-sql",
         {
             f"{STD}/privacy/kanonymity.py": ["KAnonymity.compute"],
-            f"{STD}/privacy/counts.py": ["grouping", "class_counts_sql", "grouped_part", "claimed", "published_part",
+            f"{STD}/common/counts.py": ["grouping", "class_counts_sql", "grouped_part", "claimed", "published_part",
                                         "table_counts_sql", "pair_counts_sql", "pair_consistency_sql",
                                         "flagged_counts_sql"],
             f"{STD}/privacy/distinct_diversity.py": ["_diversity_report", "LDiversity.compute",
@@ -55,7 +55,7 @@ TARGETS = [
             f"{STD}/utility/class_metrics.py": ["class_sizes_sql"],
             f"{STD}/privacy/alphak.py": ["alpha_report", "_AlphaCheck.*", "AlphaKAnonymity.compute",
                                         "AlphaIKAnonymity.compute"],
-            f"{STD}/lossyjoin/publisher.py": ["split_tables", "k_figures"],
+            f"{STD}/publishing/lossy_join.py": ["split_tables", "k_figures"],
         },
         ("tests/test_metrics.py", "tests/test_missing_policy.py", "tests/test_privacy_sql.py",
          "tests/test_lclustering.py", "tests/test_gca.py"),
@@ -84,7 +84,7 @@ TARGETS = [
         {
             "anonflow/runner.py": ["Runner._run_algorithm", "Runner._check_suppression", "Runner._check_claims"],
             "anonflow/builtins.py": ["EvaluateStep.run"],
-            f"{STD}/privacy/counts.py": ["claimed"],
+            f"{STD}/common/counts.py": ["claimed"],
         },
         ("tests/test_claims_and_thresholds.py", "tests/test_suppression_and_plan.py", "tests/test_privacy_sql.py",
          "tests/test_plugins.py", "tests/test_hostile_engine.py::test_a_chained_algorithm_claims_its_own_model_not_its_inputs"),
@@ -105,7 +105,7 @@ TARGETS = [
 # -- hand-written mutants ---------------------------------------------------------------------
 
 M, MG, AK, CT, LJ, LAT = (f"{STD}/privacy/kanonymity.py", f"{STD}/privacy/distinct_diversity.py",
-                          f"{STD}/privacy/alphak.py", f"{STD}/privacy/counts.py", f"{STD}/lossyjoin/publisher.py",
+                          f"{STD}/privacy/alphak.py", f"{STD}/common/counts.py", f"{STD}/publishing/lossy_join.py",
                           f"{STD}/generalization/lattice.py")
 
 HAND = [

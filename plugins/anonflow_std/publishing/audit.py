@@ -175,7 +175,7 @@ def verify_checks(release: Path, manifest: Mapping[str, Any], registry: Any, f: 
         if new["check"] in rec_builtin:
             compare_check(f, *rec_builtin[new["check"]], new, lossy, manifest)
         elif new["check"] == "lossy-join-k":  # written before the k figures were recorded: show them
-            from ..lossyjoin.publisher import k_sentence
+            from .lossy_join import k_sentence
 
             f.add(True, "lossy-join k figures", "not recorded in this release's manifest; from the published "
                                                 "files: " + k_sentence(new["result"]), show=True)
@@ -233,7 +233,7 @@ def compare_check(f: Findings, i: int | None, old: Mapping[str, Any] | None, new
              for k in diffs] + ([] if old.get("holds") is new["holds"] else
                                 [f"holds: recorded {old.get('holds')!r}, now {new['holds']!r}"])))
     elif new["check"] == "lossy-join-k":
-        from ..lossyjoin.publisher import k_sentence
+        from .lossy_join import k_sentence
 
         f.add(True, label, "measures only, and the published files give the recorded figures: "
                            + k_sentence(new["result"]), show=True)

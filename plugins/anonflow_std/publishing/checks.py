@@ -32,8 +32,8 @@ from anonflow.api import (InputError, ParamError, RunInfo, StepContext, TypedTab
                           validate_params)
 
 from .. import __version__
-from ..lossyjoin.publisher import K_MEANING, k_figures
-from ..privacy.counts import pair_consistency_sql
+from .lossy_join import K_MEANING, k_figures
+from ..common.counts import pair_consistency_sql
 from .manifest import LOSSY_KEY, file_entry, load_release_table, plain, read_parquet, typing_of
 
 

@@ -33,7 +33,7 @@ from anonflow.api import (InputError, Output, Param, Publisher, StepContext, Tab
 
 from .. import __version__
 from ..common.columns import sensitive_column
-from ..lossyjoin.publisher import k_figures, k_sentence, split_tables
+from .lossy_join import k_figures, k_sentence, split_tables
 
 #: how long the publisher waits for a lock on a table (another session using it) before failing
 LOCK_TIMEOUT = "30s"

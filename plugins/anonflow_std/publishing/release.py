@@ -41,7 +41,7 @@ from anonflow.api import (CLASS, InputError, Output, Param, Publisher, RunError,
 
 from .. import __version__
 from ..common.columns import sensitive_column
-from ..lossyjoin.publisher import check_header_name, split_tables
+from .lossy_join import check_header_name, split_tables
 from . import report as report_mod
 from .checks import claim_checks, planned_checks, run_file_checks, threshold_misses, verdict
 from .manifest import (LOSSY_KEY, MANIFEST, PLAIN_NAME, RELEASE_KEY, REPORT, SCHEMA_VERSION, SIGNATURE, TYPING_KEY,

@@ -359,7 +359,7 @@ def risk_metrics(info: RunInfo, registry: Any) -> list[dict[str, Any]]:
 def risk_histogram(table: TypedTable, quasi: list[str], sql: Any) -> dict[str, Any]:
     """Records per bin of :data:`RISK_BINS` of record-level prosecutor risk 1/f, f the record's
     class size over ``quasi`` computed in DuckDB; a null QI cell (a suppressed cell) matches any
-    value (:mod:`anonflow_std.privacy.wildcard`: f is then the record's compatible count).
+    value (:mod:`anonflow_std.common.wildcard`: f is then the record's compatible count).
     ``{"counts", "records", "with_null", "note"}``."""
     cols = [q for q in quasi if q in table.columns]
     data = table.data.select(cols)
@@ -374,7 +374,7 @@ def risk_histogram(table: TypedTable, quasi: list[str], sql: Any) -> dict[str, A
               + ", ".join(sql_ident(c) for c in cols))
     if with_null:
         try:
-            from ..privacy.wildcard import compatible_counts_query, pattern_sql
+            from ..common.wildcard import compatible_counts_query, pattern_sql
 
             pats = sql(f"SELECT DISTINCT {pattern_sql(cols)} AS p FROM t ORDER BY p", t=data)
             source = compatible_counts_query(cols, [int(p) for p in pats.column("p").to_pylist()])
@@ -567,7 +567,7 @@ def render(info: RunInfo, registry: Any) -> str:
     claim_text = "; ".join(f"<code>{_e(k)}</code> {_e(params_text(v))}" for k, v in sorted(claims.items()))
     kfig = ""
     if layout == "lossy-join" and table is not None and CLASS in table.columns:
-        from ..lossyjoin.publisher import K_MEANING, k_figures
+        from .lossy_join import K_MEANING, k_figures
 
         ks = k_figures(table.data.select([*[q for q in table.typing.quasi if q in table.columns], CLASS]),
                        table.typing.quasi, CLASS, info.sql)

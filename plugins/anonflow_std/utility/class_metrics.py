@@ -8,7 +8,7 @@
   attribute, eq. 19 (DuckDB SQL).
 * ``cavg`` -- CAVG = (n / |Q|) / k, eq. 20 (DuckDB SQL).
 
-Classes are grouped ``by: class`` or ``by: values`` (:mod:`anonflow_std.privacy.counts`); the
+Classes are grouped ``by: class`` or ``by: values`` (:mod:`anonflow_std.common.counts`); the
 default is ``class`` when the table has ``_class``, else ``values``.
 """
 
@@ -25,7 +25,7 @@ from anonflow_std.common.encode import encode
 
 from .. import __version__
 from ..common.columns import sensitive_column
-from ..privacy.counts import BY, SENSITIVE, claimed, class_counts_sql, grouped_part, grouping, published_part
+from ..common.counts import BY, SENSITIVE, claimed, class_counts_sql, grouped_part, grouping, published_part
 
 
 def class_sizes_sql(table: TypedTable, by: str) -> str:

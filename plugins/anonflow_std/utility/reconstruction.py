@@ -15,7 +15,7 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable, val
 
 from .. import __version__
 from ..common.columns import aligned, check_sensitive, sensitive_column, typed_input
-from ..privacy.counts import Sql, counted_part, table_counts_sql
+from ..common.counts import Sql, counted_part, table_counts_sql
 
 
 def lossy_join_distance(sql: Sql, counts_sql: str, tables: Mapping[str, Any]) -> dict[str, float]:
