@@ -275,7 +275,7 @@ def test_a_loss_whose_bound_is_no_lower_bound_is_not_pruned():
     """A third party's hierarchy loss with widths above 1: a suppressed record (width 1) may
     then lose less than it would published, so the loss without suppression bounds nothing,
     and the search classifies every node."""
-    from anonflow_std.utility.hierarchy_loss import HierarchyLoss, iyengar_widths
+    from anonflow_std.common.hierarchy_levels import HierarchyLoss, iyengar_widths
 
     class WideLoss(HierarchyLoss):
         name = "test.wide-loss"

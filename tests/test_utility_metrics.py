@@ -14,7 +14,9 @@ from anonflow.testing import make_context, typed_table
 from anonflow_std.generalization.hierarchies import Intervals, Taxonomy
 from anonflow_std.common.columns import entropy
 from anonflow_std.utility.classification import ClassificationAccuracy
-from anonflow_std.utility.hierarchy_loss import EntropyLoss, GeneralizationRl, Loss, MiLoss, _codes, mutual_information
+from anonflow_std.common.hierarchy_levels import category_codes as _codes
+from anonflow_std.common.hierarchy_levels import mutual_information
+from anonflow_std.utility.hierarchy_loss import EntropyLoss, GeneralizationRl, Loss, MiLoss
 
 from .conftest import DATA
 

@@ -205,7 +205,8 @@ def weights() -> None:
 
     from anonflow.testing import typed_table
     from anonflow_std.common.columns import entropy
-    from anonflow_std.utility.hierarchy_loss import _codes, mutual_information
+    from anonflow_std.common.hierarchy_levels import category_codes as _codes
+    from anonflow_std.common.hierarchy_levels import mutual_information
 
     raw = pacsv.read_csv(DATA / "adult" / "adult_full.csv")
     t = typed_table({c: raw.column(c) for c in [*QI11, "income"]},

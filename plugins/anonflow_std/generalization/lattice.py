@@ -86,7 +86,7 @@ from anonflow.api import (CLASS, ROW, Algorithm, InputError, Metric, Param, Para
                           validate_params)
 
 from .. import __version__
-from ..utility.hierarchy_loss import HierarchyLoss, Levels, LossModel, need_hierarchies
+from ..common.hierarchy_levels import HierarchyLoss, Levels, LossModel, need_hierarchies
 
 #: evaluated partitions kept to roll coarser nodes up from.
 CACHE = 48
