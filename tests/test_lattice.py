@@ -21,7 +21,9 @@ from anonflow.params import validate_params
 from anonflow.testing import make_context, typed_table
 from anonflow_std.generalization import lattice as lattice_module
 from anonflow_std.generalization.hierarchies import ArxFile
-from anonflow_std.generalization.lattice import BOUND_MARGIN, Lattice, Search, Space, Verdict, _group, _Scorer
+from anonflow_std.generalization.lattice import Lattice
+from anonflow_std.generalization.lattice_search import BOUND_MARGIN, Search, Space, Verdict, _group
+from anonflow_std.generalization.lattice_search import Scorer as _Scorer
 from anonflow_std.privacy.kanonymity import KAnonymity
 from anonflow_std.utility.reconstruction import ReconstructionDistance
 

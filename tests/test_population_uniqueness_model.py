@@ -588,7 +588,7 @@ ARX_OPTIMA = {("dankar", USA, 1e-10, 0.05): ((0, 2, 0, 0, 0), 673),
 
 
 def test_suppression_at_nodes_is_arxs():
-    from anonflow_std.generalization.lattice import Space
+    from anonflow_std.generalization.lattice_search import Space
 
     t = adult(quasi=Q5)
     space = Space(t, list(Q5))
