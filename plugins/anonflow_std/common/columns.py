@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import (MISSING_CATEGORY, ROW, Grading, InputError, Partition, StepContext, TypedTable, generalization,
-                          numeric_column, sql_ident)
+from anonflow.api import (MISSING_CATEGORY, ROW, Grading, InputError, Partition, StepContext, TypedTable,
+                          generalization, numeric_column, sql_ident)
 
 if TYPE_CHECKING:
     from anonflow_std.common.encode import Encoded
