@@ -84,6 +84,7 @@ from anonflow.api import (CLASS, ROW, Algorithm, InputError, Metric, Param, Para
                           validate_params)
 
 from .. import __version__
+from ..common.columns import grading_of, real_counts, real_distinct, sensitive_column
 from ..common.hierarchy_levels import HierarchyLoss, Levels, need_hierarchies
 from .lattice_search import Part, Scorer, Search, Space, Verdict
 
@@ -634,8 +635,6 @@ def _unreachable(space: Space, model: Metric, mparams: Mapping[str, Any], holds,
     class of the top node. Reads the usual parameters: ``k`` (class size), ``l`` / ``p``
     (distinct sensitive values per class), ``alpha`` and a grading's alpha_i (largest share of
     a value). Vectorized: one partition of the top node and one of the whole table."""
-    from ..common.columns import sensitive_column
-
     n = space.n
     table = space.table
     top_levels = tuple(int(h) for h in space.heights)
@@ -668,8 +667,6 @@ def _unreachable_sensitive(space: Space, model: Metric, mparams: Mapping[str, An
                            where: str) -> list[str]:
     """:func:`_unreachable` for the parameters on the sensitive attribute ``s``: ``l`` / ``p``,
     ``alpha`` and a grading's alpha_i (a missing value is no value, as the models count)."""
-    from ..common.columns import grading_of, real_counts, real_distinct
-
     n = space.n
     table = space.table
     single = len(top.sizes) == 1

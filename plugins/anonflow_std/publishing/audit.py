@@ -16,6 +16,7 @@ from anonflow.api import CLASS, canonical_json
 
 from .checks import BUILTIN_CHECKS, release_checks, run_file_checks, show_value, threshold_misses
 from .findings import Findings, same
+from .lossy_join import k_sentence
 from .manifest import FILE_FIELDS, LOSSY_KEY, MANIFEST_FIELDS, MANIFEST_RECORDS, SCHEMA_VERSION, file_entry, plain
 from .report import params_text
 
@@ -175,8 +176,6 @@ def verify_checks(release: Path, manifest: Mapping[str, Any], registry: Any, f: 
         if new["check"] in rec_builtin:
             compare_check(f, *rec_builtin[new["check"]], new, lossy, manifest)
         elif new["check"] == "lossy-join-k":  # written before the k figures were recorded: show them
-            from .lossy_join import k_sentence
-
             f.add(True, "lossy-join k figures", "not recorded in this release's manifest; from the published "
                                                 "files: " + k_sentence(new["result"]), show=True)
         else:
@@ -233,8 +232,6 @@ def compare_check(f: Findings, i: int | None, old: Mapping[str, Any] | None, new
              for k in diffs] + ([] if old.get("holds") is new["holds"] else
                                 [f"holds: recorded {old.get('holds')!r}, now {new['holds']!r}"])))
     elif new["check"] == "lossy-join-k":
-        from .lossy_join import k_sentence
-
         f.add(True, label, "measures only, and the published files give the recorded figures: "
                            + k_sentence(new["result"]), show=True)
     elif new["holds"] is None:

@@ -30,7 +30,9 @@ from anonflow.api import (CLASS, ROW, InputError, PurgedError, RunError, RunInfo
                           sql_ident)
 
 from .. import __version__
+from ..common.wildcard import compatible_counts_query, pattern_sql
 from .checks import clean_number, planned_checks, run_check, scratch_context
+from .lossy_join import K_MEANING, k_figures
 from .manifest import public_overrides
 from .report_plots import class_size_plot, lineage_graph, lineage_plot, loss_plot, risk_plot, sweep_plot
 
@@ -374,11 +376,9 @@ def risk_histogram(table: TypedTable, quasi: list[str], sql: Any) -> dict[str, A
               + ", ".join(sql_ident(c) for c in cols))
     if with_null:
         try:
-            from ..common.wildcard import compatible_counts_query, pattern_sql
-
             pats = sql(f"SELECT DISTINCT {pattern_sql(cols)} AS p FROM t ORDER BY p", t=data)
             source = compatible_counts_query(cols, [int(p) for p in pats.column("p").to_pylist()])
-        except (ImportError, InputError, RunError) as exc:
+        except (InputError, RunError) as exc:
             note = (f"{with_null} record(s) have a suppressed (null) quasi-identifier cell; they could not be counted "
                     f"as wildcards ({exc}), so a null counts here as a value of its own")
     sel = ", ".join(f"coalesce(sum(_af_n) FILTER (WHERE _af_compatible >= {lo}"
@@ -567,8 +567,6 @@ def render(info: RunInfo, registry: Any) -> str:
     claim_text = "; ".join(f"<code>{_e(k)}</code> {_e(params_text(v))}" for k, v in sorted(claims.items()))
     kfig = ""
     if layout == "lossy-join" and table is not None and CLASS in table.columns:
-        from .lossy_join import K_MEANING, k_figures
-
         ks = k_figures(table.data.select([*[q for q in table.typing.quasi if q in table.columns], CLASS]),
                        table.typing.quasi, CLASS, info.sql)
         kfig = ('<p id="lossy-join-k"><strong>Lossy join: two different k.</strong> k-anonymity of the classes '
