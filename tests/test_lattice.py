@@ -437,6 +437,31 @@ def test_a_third_party_model_with_sensitive_values_drives_the_search():
     assert "pruned" in note
 
 
+def test_the_lattice_looks_its_models_up_in_the_registry_it_is_registered_in():
+    """A registry built beside the process's one, with a third party's model: its lattice
+    searches that model (check, references and run), while the process registry's lattice
+    does not know it. No lookup of a process-wide registry decides which models exist."""
+
+    class Provider:
+        @hookimpl
+        def anonflow_register_metrics(self, register):
+            register(DistinctL())
+
+    pm, dists = plugins.plugin_manager()
+    pm.register(Provider(), name="lattice-registry-test")
+    registry = plugins.Registry(pm, dists)
+    lattice = registry.get("algorithm", "lattice").obj
+    assert lattice.registry is registry
+    t = adult(300)
+    params = lattice_params(model="test.distinct-l", model_params={"l": 2})
+    lattice.check(params, table=t)
+    out = lattice.run(t, params, make_context())
+    assert out.claims == {"test.distinct-l": {"l": 2}}
+    process_lattice = plugins.get_registry().get("algorithm", "lattice").obj
+    with pytest.raises(InputError, match="unknown privacy model 'test.distinct-l'"):
+        process_lattice.check(params, table=t)
+
+
 def test_a_model_not_monotone_under_suppression_is_checked_on_every_node(monkeypatch):
     use(MaxShare())
     t = adult(1000)
