@@ -29,7 +29,7 @@ from anonflow_std.common.generalized import Generalized, render
 from anonflow.params import validate_params
 from anonflow.schema import Attribute, Typing
 from anonflow.testing import make_context, typed_table
-from anonflow_std.clustering import lclustering as lc
+from anonflow_std.common.qi_space import qi_space
 from anonflow_std.generalization.hierarchies import Intervals
 from anonflow_std.generalization.lattice import Lattice
 from anonflow_std.clustering.lclustering import LClustering
@@ -313,7 +313,7 @@ def test_l_clustering_publishes_what_the_kernel_renderer_did(seed):
     p = {"l": 3, "weights": None, "resolution": None}
     out = LClustering().run(t, p, make_context(seed=seed))
     # the renderer l-clustering used before the helpers, on the same classes
-    space = lc.qi_space(t)
+    space = qi_space(t)
     labels = out.column("_class").to_numpy()
     reps = Generalized.from_labels(space.records(), labels)
     before = render(reps, space.domain, space.categories, labels=labels, ordinal_labels=space.ordinal_labels)
