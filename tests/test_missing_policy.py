@@ -16,9 +16,8 @@ import pyarrow as pa
 import pytest
 
 from anonflow.api import Partition
-from anonflow.schema import MISSING_CATEGORY
 from anonflow.grading import Grading
-from anonflow.schema import Attribute, Typing
+from anonflow.schema import MISSING_CATEGORY, Attribute, Typing
 from anonflow.table import TypedTable
 from anonflow.testing import make_context
 from anonflow_std.common.columns import missing_marker, missing_sensitive, real_counts, real_distinct
