@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from anonflow import egress
-from anonflow.api import InputError, cleanup_on_termination
+from anonflow.api import AnonflowError, InputError, cleanup_on_termination
 
 from .audit import verify_checks, verify_columns, verify_schema
 from .checks import verdict
@@ -511,8 +511,7 @@ def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f
     source. Returns (one differs, one cannot be read): the re-run is then not attempted. The
     re-run reads it once more: a table changed in between shows as a difference of the
     re-run's manifest."""
-    from anonflow.errors import AnonflowError
-    from anonflow.store import Store
+    from anonflow.store import Store  # deferred: an engine internal until the Engine handle reads sources again
 
     pg = {name: src for name, src in spec.sources.items() if src.format == "postgres"}
     if not pg:
