@@ -27,6 +27,7 @@ from anonflow.generalization import (OPTION, format_number, generalization, gene
                                      structured_columns)
 from anonflow_std.common.generalized import Generalized, render
 from anonflow.params import validate_params
+from anonflow.plugins import get_registry
 from anonflow.schema import Attribute, Typing
 from anonflow.testing import make_context, typed_table
 from anonflow_std.common.qi_space import qi_space
@@ -267,8 +268,9 @@ def _ages(n=60):
 def _lattice(table, **given):
     params = validate_params(Lattice.params, {"model": "k-anonymity", "model_params": {"k": 5},
                                               "suppression": 0.0, **given})
-    Lattice().check(params, table=table)
-    return Lattice().run(table, params, make_context())
+    lattice = get_registry().get("algorithm", "lattice").obj  # it looks its models up in its registry
+    lattice.check(params, table=table)
+    return lattice.run(table, params, make_context())
 
 
 def test_lattice_marks_every_published_quasi_identifier_as_hierarchy_labels():

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from anonflow.api import CLASS, Partition
 from anonflow.errors import InputError
 from anonflow.params import ParamError, validate_params
+from anonflow.plugins import get_registry
 from anonflow.testing import make_context, typed_table
 from anonflow_std.generalization.hierarchies import ArxFile
 from anonflow_std.generalization.lattice import Lattice
@@ -406,8 +407,9 @@ def adult(n=None, quasi=QUASI, seed=1):
 def run_lattice(table, model_params, suppression):
     ctx = make_context()
     p = validate_params(Lattice.params, {"model": NAME, "model_params": model_params, "suppression": suppression})
-    Lattice().check(p, table=table)
-    return Lattice().run(table, p, ctx), ctx
+    lattice = get_registry().get("algorithm", "lattice").obj  # it looks its models up in its registry
+    lattice.check(p, table=table)
+    return lattice.run(table, p, ctx), ctx
 
 
 def independent_fraction(sizes, population_size, model):

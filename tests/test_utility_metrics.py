@@ -144,7 +144,7 @@ def test_generalization_rl_and_relative_loss_are_one_computation():
 
 
 def test_the_first_party_plugins_have_one_entropy():
-    from anonflow_std import common
+    from anonflow_std.common import columns as common
     from anonflow_std.microaggregation import maasae
     from anonflow_std.utility import hierarchy_loss
 
