@@ -34,8 +34,21 @@ from .schema import CLASS, ROW, Attribute, Typing
 from .sandbox import sandboxed_connection
 from .sourcekind import Source, SourceSpec
 from .table import TypedTable
+from .generalization import OPTION as GENERALIZATION_OPTION
 from .generalization import (generalization, generalized_attribute, interval_label, interval_labels,
                              mark_generalized, numeric_column, set_label, set_labels, structured_columns)
+from .grading import Grading, sensitivity_distance
+from .hierarchy import encode as value_codes
+from .hierarchy import lookup, value_keys
+from .lineage import canonical_json
+from .params import ParamError, metric_entries, validate_params
+from .postgres import check_url as check_postgres_url
+from .postgres import connect as postgres_connect
+from .postgres import display as postgres_display
+from .postgres import message as postgres_message
+from .postgres import quote_ident as postgres_ident
+from .schema import MISSING_CATEGORY
+from .table import TableHasher, table_hash
 
 
 def sql_ident(name: str) -> str:
@@ -64,7 +77,24 @@ __all__ = [
     "fsync_folder",
     # publishing generalized values (anonflow.generalization)
     "interval_label", "interval_labels", "set_label", "set_labels", "generalized_attribute", "mark_generalized",
-    "generalization", "structured_columns", "numeric_column",
+    "generalization", "structured_columns", "numeric_column", "GENERALIZATION_OPTION",
+    # the category a missing value becomes under the typing step's ``missing: category`` (anonflow.schema)
+    "MISSING_CATEGORY",
+    # a sensitive attribute's grading and the distance between two distributions under it (anonflow.grading)
+    "Grading", "sensitivity_distance",
+    # a hierarchy's lookups: values as keys, values as (distinct, codes), codes through a table (anonflow.hierarchy)
+    "value_keys", "value_codes", "lookup",
+    # the canonical JSON every recorded hash is taken over (anonflow.lineage)
+    "canonical_json",
+    # parameters checked against a plugin's declared params; an evaluate step's metrics entries (anonflow.params)
+    "validate_params", "ParamError", "metric_entries",
+    # parameters that name files, recorded relative to the workflow's folder (as the runner records them)
+    "relative_paths",
+    # content hashes of Arrow tables, whole or fed batch by batch, as the store takes them (anonflow.table)
+    "table_hash", "TableHasher",
+    # PostgreSQL as libpq reads it: a URL checked, shown without its password, a connection, an error's
+    # one-line message, a quoted identifier (anonflow.postgres)
+    "check_postgres_url", "postgres_display", "postgres_connect", "postgres_message", "postgres_ident",
 ]
 
 
@@ -411,6 +441,9 @@ class RunInfo:
     #: that started before this one, oldest first, each ``{"params": {"<step>.<param>":
     #: value, "seed": n}, "metrics": {...}}`` (no run ids).
     history: Callable[[], list[dict[str, Any]]] = lambda: []
+    #: the plugin registry the run uses (an ``anonflow.plugins.Registry``): ``has(kind, name)``,
+    #: ``get(kind, name).obj``, ``names(kind)``; plugins look other plugins up here, never globally.
+    registry: Any = None
 
     def step(self, name: str) -> dict[str, Any] | None:
         """The step run called ``name`` (None if it has not run)."""
@@ -431,6 +464,21 @@ def flat_params(steps: list[dict[str, Any]], seed: int) -> dict[str, Any]:
         for key, value in (s.get("params") or {}).items():
             out[f"{s['step']}.{key}"] = value
     return out
+
+
+def relative_paths(value: Any, base: Path) -> Any:
+    """``value`` with every string naming an existing absolute path rewritten relative to
+    ``base`` (recursively through lists and mappings): parameters that name files (hierarchy
+    files, gradings) then read the same wherever the workflow's folder is."""
+    if isinstance(value, str):
+        if len(value) > 1 and os.path.isabs(value) and os.path.exists(value):
+            return os.path.relpath(value, base)
+        return value
+    if isinstance(value, dict):
+        return {k: relative_paths(v, base) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [relative_paths(v, base) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:
@@ -493,6 +541,9 @@ class StepContext:
     #: what the step fitted to its input, by name (:meth:`record_fitted`): JSON data, stored in
     #: the step's summary under ``fitted``
     fitted: dict[str, Any] = field(default_factory=dict)
+    #: the plugin registry the run uses (see :attr:`RunInfo.registry`); plugins look other
+    #: plugins up here, never globally.
+    registry: Any = None
 
     def table(self, name: str) -> TypedTable:
         """The table of the source or step ``name``, which this step's plugin references by a

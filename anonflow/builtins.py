@@ -33,14 +33,11 @@ from .api import Output, StepContext
 from .errors import InputError, RunError, WorkflowError
 from .grading import Grading, check_grading_against, load_grading
 from .hierarchy import Hierarchy
-from .params import Param, ParamError, suggest, validate_params
-from .schema import CLASS, FRAGMENT, ROW, TYPES, Attribute, Typing
+from .params import Param, ParamError, metric_entries, suggest, validate_params
+from .schema import CLASS, FRAGMENT, MISSING_CATEGORY, ROW, TYPES, Attribute, Typing
 from .store import ident
 from .table import TypedTable
 from .workflow.model import COLUMN_LIST, METRICS, ROLE_COLUMNS, THRESHOLDS
-
-MISSING_CATEGORY = "?"
-
 
 @dataclass(frozen=True)
 class StaticInput:
@@ -897,32 +894,6 @@ def _sha256(path: Path) -> str:
 
 
 # -- evaluate --------------------------------------------------------------------------
-
-
-def metric_entries(value: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
-    """``[a, {b: {k: 5}}]`` or ``{a: {}, b: {k: 5}}`` -> ``[(a, {}), (b, {k: 5})]``."""
-    if isinstance(value, Mapping):
-        value = [{k: v} for k, v in value.items()]
-    if isinstance(value, str):
-        value = [value]
-    out = []
-    for item in value or []:
-        if isinstance(item, str):
-            out.append((item, {}))
-        elif isinstance(item, Mapping) and len(item) == 1:
-            (name, p), = item.items()
-            if p is not None and not isinstance(p, Mapping):
-                raise WorkflowError(f"metric {name!r}: parameters must be a mapping, got {p!r}", where=where)
-            out.append((str(name), dict(p or {})))
-        else:
-            raise WorkflowError(f"'metrics' entries must be a name or {{name: {{param: value}}}}, got {item!r}",
-                                where=where)
-    if not out:
-        raise WorkflowError("'metrics' must name at least one metric", where=where)
-    names = [n for n, _ in out]
-    if len(set(names)) != len(names):
-        raise WorkflowError("a metric is listed twice", where=where)
-    return out
 
 
 class EvaluateStep(Builtin):

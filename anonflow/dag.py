@@ -209,7 +209,7 @@ def fragment_plan(algo: Any, params: dict[str, Any], table: Any, registry: Regis
         return [f"{algo.name} does not run per fragment: it runs on the whole table"]
     ctx = StepContext(step="plan", seed=0, rng=None, workflow_dir=Path("."), output_dir=Path("."),  # type: ignore
                       sql=lambda q, p=None, **t: store.sql(q, p, **t), derive=store.derive_table,
-                      discard=store.discard)
+                      discard=store.discard, registry=registry)
     grouping = fragment_groups(algo, params, table, registry, ctx)
     import numpy as np
 

@@ -273,7 +273,7 @@ def run_fragment(task: FragmentTask) -> FragmentResult:
     try:
         ctx = StepContext(step=task.step, seed=seed, rng=np.random.default_rng(seed), workflow_dir=Path("."),
                           output_dir=Path("."), sql=store.sql, derive=store.derive_table, discard=store.discard,
-                          relation=store.relation)
+                          relation=store.relation, registry=registry)
         ctx.inputs = tables
         if task.mode == "summarize":
             summary = algo.summarize(tables[0], task.params, ctx)

@@ -14,7 +14,7 @@ of their own.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import pluggy
 
@@ -26,13 +26,16 @@ hookimpl = pluggy.HookimplMarker("anonflow")
 
 
 @hookspec
-def anonflow_register_algorithms(register: Callable[[object], None]) -> None:
+def anonflow_register_algorithms(register: Callable[[object], None], registry: Any) -> None:
     """Register anonymization algorithms.
 
     :param register: call ``register(algorithm)`` once per :class:`anonflow.api.Algorithm`
         instance. An algorithm takes a typed table and returns it with a ``_class`` column
         (the class / group id) and the published QI values; it may declare the privacy
         models it guarantees through :meth:`~anonflow.api.Algorithm.claims`.
+    :param registry: the registry being built (an implementation may leave it out): an
+        algorithm that uses other plugins (the lattice searches a registered privacy model)
+        keeps it and looks them up there once the registry is built, never globally.
     :return: nothing; the result of the hook is ignored.
     """
 

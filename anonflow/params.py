@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from .errors import WorkflowError
+
 
 class _Required:
     def __repr__(self) -> str:  # pragma: no cover - cosmetic
@@ -214,4 +216,30 @@ def validate_params(declared: Iterable[Param], given: Mapping[str, Any]) -> dict
             raise ParamError(f"missing required parameter {p.name!r} ({p.describe()})")
         else:
             out[p.name] = p.default
+    return out
+
+
+def metric_entries(value: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
+    """``[a, {b: {k: 5}}]`` or ``{a: {}, b: {k: 5}}`` -> ``[(a, {}), (b, {k: 5})]``."""
+    if isinstance(value, Mapping):
+        value = [{k: v} for k, v in value.items()]
+    if isinstance(value, str):
+        value = [value]
+    out = []
+    for item in value or []:
+        if isinstance(item, str):
+            out.append((item, {}))
+        elif isinstance(item, Mapping) and len(item) == 1:
+            (name, p), = item.items()
+            if p is not None and not isinstance(p, Mapping):
+                raise WorkflowError(f"metric {name!r}: parameters must be a mapping, got {p!r}", where=where)
+            out.append((str(name), dict(p or {})))
+        else:
+            raise WorkflowError(f"'metrics' entries must be a name or {{name: {{param: value}}}}, got {item!r}",
+                                where=where)
+    if not out:
+        raise WorkflowError("'metrics' must name at least one metric", where=where)
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise WorkflowError("a metric is listed twice", where=where)
     return out

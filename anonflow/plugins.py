@@ -101,8 +101,10 @@ class Registry:
                 def register(obj: Any, _kind=kind, _module=module, _dn=dist_name, _dv=dist_version) -> None:
                     self._add(_kind, obj, _module, _dn, _dv)
 
+                # an implementation that names ``registry`` gets the registry being built (hookspecs)
+                given = {"registry": self} if "registry" in impl.argnames else {}
                 try:
-                    impl.function(register=register)
+                    impl.function(register=register, **given)
                 except PluginError:
                     raise
                 except Exception as exc:

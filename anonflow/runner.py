@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from . import __version__
 from . import egress as egress_policy
-from .api import Output, RunInfo, StepContext, flat_params, suppression_limit
+from .api import Output, RunInfo, StepContext, file_sha256, flat_params, relative_paths, suppression_limit
 from .builtins import BUILTINS
 from .dag import Node, Plan, build_plan
 from .errors import AnonflowError, InputError, PluginError, RunError, StoreError
@@ -161,23 +161,9 @@ def step_plugins(node: Node, registry: Registry) -> list[Registered]:
     return [found[k] for k in sorted(found)]
 
 
-def relative_paths(value: Any, base: Path) -> Any:
-    """``value`` with every string naming an existing absolute path rewritten relative to
-    ``base`` (recursively through lists and mappings): parameters that name files (hierarchy
-    files, gradings) then read the same wherever the workflow's folder is."""
-    if isinstance(value, str):
-        if len(value) > 1 and os.path.isabs(value) and os.path.exists(value):
-            return os.path.relpath(value, base)
-        return value
-    if isinstance(value, dict):
-        return {k: relative_paths(v, base) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [relative_paths(v, base) for v in value]
-    return value
-
-
 def load_run_info(store: Store, run_id: str, *, upto: int | None = None, current: dict[str, Any] | None = None,
-                  workflow_dir: Path | None = None, history: list[dict[str, Any]] | None = None) -> RunInfo:
+                  workflow_dir: Path | None = None, history: list[dict[str, Any]] | None = None,
+                  registry: Registry | None = None) -> RunInfo:
     """A run's record from the store, as :class:`RunInfo`: the steps before position
     ``upto`` (all when None). ``history`` replaces the store's earlier runs (a re-run
     that must see what the original saw)."""
@@ -212,7 +198,8 @@ def load_run_info(store: Store, run_id: str, *, upto: int | None = None, current
     base = workflow_dir if workflow_dir is not None else Path(run["workflow_path"] or ".").parent
     return RunInfo(run=run, steps=steps, metrics=metrics, thresholds=thresholds, sources=sources, outputs=outputs,
                    current=current, workflow_dir=base, load=store.get,
-                   sql=lambda q, params=None, **t: store.sql(q, params, **t), history=earlier)
+                   sql=lambda q, params=None, **t: store.sql(q, params, **t), history=earlier,
+                   registry=registry if registry is not None else get_registry())
 
 
 def default_output_dir(spec: WorkflowSpec, given: Path | None = None) -> Path:
@@ -633,13 +620,13 @@ class Runner:
 
         def run_record() -> RunInfo:
             return load_run_info(self.store, run_id, upto=position, current=current, workflow_dir=spec.base_dir,
-                                 history=self.history)
+                                 history=self.history, registry=self.registry)
 
         ctx = StepContext(step=node.name, seed=seed, rng=np.random.default_rng(seed), workflow_dir=spec.base_dir,
                           output_dir=out_dir, sql=self.store_sql, progress=self.reporter.progress,
                           store_table=store_table, run_record=run_record, output_guard=self.output_guard,
                           derive=self.store.derive_table, discard=self.store.discard,
-                          relation=self.store.relation, copy_to=self.store.copy_to)
+                          relation=self.store.relation, copy_to=self.store.copy_to, registry=self.registry)
         tables = [self.store.get(a.table) for a in inputs]
         ctx.inputs = tables
 

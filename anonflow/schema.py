@@ -21,6 +21,8 @@ CLASS = "_class"
 #: Column that carries each record's fragment, added by the ``partition`` step.
 FRAGMENT = "_fragment"
 RESERVED = (ROW, CLASS, FRAGMENT)
+#: the category a missing value becomes under the typing step's ``missing: category``.
+MISSING_CATEGORY = "?"
 
 
 @dataclass(frozen=True)

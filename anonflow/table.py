@@ -79,7 +79,7 @@ class TypedTable:
         self.stored = stored if data is None else None
         #: for a fragment of a partitioned table: its quasi-identifiers over the whole table
         #: (:class:`ColumnDomain` by column), so that an algorithm scales distances and losses
-        #: as on the whole table (:func:`anonflow.kernels.encode.encode`, z-scores); else empty
+        #: as on the whole table (:func:`anonflow_std.common.encode.encode`, z-scores); else empty
         self.domain: dict[str, ColumnDomain] = {}
 
     def __repr__(self) -> str:

@@ -300,7 +300,7 @@ def test_a_partitioned_mdav_run_records_the_whole_tables_standardization(cli, tm
 def _without_fitted(release: Path, folder: Path) -> Path:
     """A copy of ``release`` whose manifest is as a release made before anonflow recorded
     what its algorithm step fitted (no ``steps[i].fitted``), its integrity digest redone."""
-    from anonflow_std.publishing.release import integrity, manifest_bytes
+    from anonflow_std.publishing.manifest import integrity, manifest_bytes
 
     copy = folder / "out" / release.name
     shutil.copytree(release, copy)
@@ -338,7 +338,7 @@ def test_the_release_records_the_lattice_node_and_apply_uses_it(cli, adult, tmp_
 
 
 def test_a_recorded_node_the_published_labels_contradict_is_refused_in_one_line(cli, adult, tmp_path):
-    from anonflow_std.publishing.release import integrity, manifest_bytes
+    from anonflow_std.publishing.manifest import integrity, manifest_bytes
 
     release, held = adult
     copy = tmp_path / "w" / "out" / release.name
@@ -360,7 +360,7 @@ def test_a_recorded_node_the_published_labels_contradict_is_refused_in_one_line(
 
 
 def test_a_census_release_made_before_the_standardization_was_recorded_falls_back_with_a_note(cli, tmp_path):
-    from anonflow_std.publishing.release import integrity, manifest_bytes
+    from anonflow_std.publishing.manifest import integrity, manifest_bytes
 
     release, held = _census_release(cli, tmp_path / "w")
     manifest = json.loads((release / "manifest.json").read_text())

@@ -311,7 +311,7 @@ def test_a_rerun_never_replays_a_postgres_publisher(cli, pgenv, project):
 def retarget(release: Path, old: str, new: str) -> None:
     """Rewrite every mention of ``old`` in the manifest as ``new``, its workflow sha256 and its
     integrity digest redone: a hostile manifest that passes its own checks."""
-    from anonflow_std.publishing.release import integrity, manifest_bytes
+    from anonflow_std.publishing.manifest import integrity, manifest_bytes
 
     text = (release / "manifest.json").read_text()
     assert old in text

@@ -23,14 +23,14 @@ from click.testing import CliRunner
 from anonflow.errors import InputError
 from anonflow.grading import load_grading, parse_grading
 from anonflow.hierarchy import Hierarchy
-from anonflow.kernels.distance import record_distances
-from anonflow.kernels.encode import encode
+from anonflow_std.common.distance import record_distances
+from anonflow_std.common.encode import encode
 from anonflow.schema import CLASS, ROW, Attribute, Typing
 from anonflow.table import TypedTable
 from anonflow.testing import make_context
 from anonflow_std.clustering.gca import AlphaIKGca, AlphaKGca, gca_partition
 from anonflow_std.privacy.alphak import AlphaIKAnonymity, AlphaKAnonymity, alpha_report
-from anonflow_std.privacy.counts import pair_consistency_sql, pair_counts_sql, table_counts_sql
+from anonflow_std.common.counts import pair_consistency_sql, pair_counts_sql, table_counts_sql
 from anonflow_std.risk.sensitivity import SensitivityDistance
 from anonflow_std.utility.reconstruction import ReconstructionDistance
 

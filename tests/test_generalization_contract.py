@@ -25,11 +25,12 @@ from anonflow.errors import InputError
 from anonflow.generalization import (OPTION, format_number, generalization, generalized_attribute, interval_label,
                                      interval_labels, mark_generalized, numeric_column, set_label, set_labels,
                                      structured_columns)
-from anonflow.kernels.generalized import Generalized, render
+from anonflow_std.common.generalized import Generalized, render
 from anonflow.params import validate_params
+from anonflow.plugins import get_registry
 from anonflow.schema import Attribute, Typing
 from anonflow.testing import make_context, typed_table
-from anonflow_std.clustering import lclustering as lc
+from anonflow_std.common.qi_space import qi_space
 from anonflow_std.generalization.hierarchies import Intervals
 from anonflow_std.generalization.lattice import Lattice
 from anonflow_std.clustering.lclustering import LClustering
@@ -267,8 +268,9 @@ def _ages(n=60):
 def _lattice(table, **given):
     params = validate_params(Lattice.params, {"model": "k-anonymity", "model_params": {"k": 5},
                                               "suppression": 0.0, **given})
-    Lattice().check(params, table=table)
-    return Lattice().run(table, params, make_context())
+    lattice = get_registry().get("algorithm", "lattice").obj  # it looks its models up in its registry
+    lattice.check(params, table=table)
+    return lattice.run(table, params, make_context())
 
 
 def test_lattice_marks_every_published_quasi_identifier_as_hierarchy_labels():
@@ -313,7 +315,7 @@ def test_l_clustering_publishes_what_the_kernel_renderer_did(seed):
     p = {"l": 3, "weights": None, "resolution": None}
     out = LClustering().run(t, p, make_context(seed=seed))
     # the renderer l-clustering used before the helpers, on the same classes
-    space = lc.qi_space(t)
+    space = qi_space(t)
     labels = out.column("_class").to_numpy()
     reps = Generalized.from_labels(space.records(), labels)
     before = render(reps, space.domain, space.categories, labels=labels, ordinal_labels=space.ordinal_labels)

@@ -21,7 +21,9 @@ from anonflow.params import validate_params
 from anonflow.testing import make_context, typed_table
 from anonflow_std.generalization import lattice as lattice_module
 from anonflow_std.generalization.hierarchies import ArxFile
-from anonflow_std.generalization.lattice import BOUND_MARGIN, Lattice, Search, Space, Verdict, _group, _Scorer
+from anonflow_std.generalization.lattice import Lattice
+from anonflow_std.generalization.lattice_search import BOUND_MARGIN, Search, Space, Verdict, _group
+from anonflow_std.generalization.lattice_search import Scorer as _Scorer
 from anonflow_std.privacy.kanonymity import KAnonymity
 from anonflow_std.utility.reconstruction import ReconstructionDistance
 
@@ -55,6 +57,12 @@ def adult(n=1500, quasi=("age", "sex", "race", "marital-status"), seed=1):
     return t.replace(hierarchies={q: arx_hierarchy(q) for q in quasi})
 
 
+def lattice():
+    """The lattice of the process's registry (the one :func:`use` sets): it looks its privacy
+    models and utility metrics up in the registry it is registered in."""
+    return plugins.get_registry().get("algorithm", "lattice").obj
+
+
 def lattice_params(**given):
     return validate_params(Lattice.params, given)
 
@@ -62,8 +70,8 @@ def lattice_params(**given):
 def run_lattice(table, **given):
     ctx = make_context()
     params = lattice_params(**given)
-    Lattice().check(params, table=table)
-    out = Lattice().run(table, params, ctx)
+    lattice().check(params, table=table)
+    out = lattice().run(table, params, ctx)
     return out, ctx
 
 
@@ -269,7 +277,7 @@ def test_a_loss_whose_bound_is_no_lower_bound_is_not_pruned():
     """A third party's hierarchy loss with widths above 1: a suppressed record (width 1) may
     then lose less than it would published, so the loss without suppression bounds nothing,
     and the search classifies every node."""
-    from anonflow_std.utility.hierarchy_loss import HierarchyLoss, iyengar_widths
+    from anonflow_std.common.hierarchy_levels import HierarchyLoss, iyengar_widths
 
     class WideLoss(HierarchyLoss):
         name = "test.wide-loss"
@@ -429,6 +437,31 @@ def test_a_third_party_model_with_sensitive_values_drives_the_search():
     assert "pruned" in note
 
 
+def test_the_lattice_looks_its_models_up_in_the_registry_it_is_registered_in():
+    """A registry built beside the process's one, with a third party's model: its lattice
+    searches that model (check, references and run), while the process registry's lattice
+    does not know it. No lookup of a process-wide registry decides which models exist."""
+
+    class Provider:
+        @hookimpl
+        def anonflow_register_metrics(self, register):
+            register(DistinctL())
+
+    pm, dists = plugins.plugin_manager()
+    pm.register(Provider(), name="lattice-registry-test")
+    registry = plugins.Registry(pm, dists)
+    lattice = registry.get("algorithm", "lattice").obj
+    assert lattice.registry is registry
+    t = adult(300)
+    params = lattice_params(model="test.distinct-l", model_params={"l": 2})
+    lattice.check(params, table=t)
+    out = lattice.run(t, params, make_context())
+    assert out.claims == {"test.distinct-l": {"l": 2}}
+    process_lattice = plugins.get_registry().get("algorithm", "lattice").obj
+    with pytest.raises(InputError, match="unknown privacy model 'test.distinct-l'"):
+        process_lattice.check(params, table=t)
+
+
 def test_a_model_not_monotone_under_suppression_is_checked_on_every_node(monkeypatch):
     use(MaxShare())
     t = adult(1000)
@@ -494,7 +527,7 @@ def test_progress_counts_every_node_of_the_lattice_once():
         ctx = make_context()
         ctx.progress = progress
         params = lattice_params(**given)
-        Lattice().run(t, params, ctx)
+        lattice().run(t, params, ctx)
         size = int(next(n for n in ctx.notes if " nodes (" in n).split("lattice: ")[1].split(" nodes")[0])
         assert seen[0] == ("total", size, "lattice nodes")
         steps = [n for kind, n, *_ in seen[1:]]

@@ -23,7 +23,7 @@ from anonflow.api import InputError, TypedTable, Typing
 from anonflow.hierarchy import Hierarchy
 from anonflow.schema import Attribute
 from anonflow.testing import run_workflow
-from anonflow_std.generalization.lattice import Space
+from anonflow_std.generalization.lattice_search import Space
 
 from .conftest import DATA
 

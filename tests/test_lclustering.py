@@ -21,12 +21,14 @@ import pytest
 
 from anonflow import plugins
 from anonflow.errors import InputError
-from anonflow.kernels.generalized import Domain, Generalized, ds_classes, ds_record_class, relative_loss
+from anonflow_std.common.ds_distance import ds_classes, ds_record_class
+from anonflow_std.common.generalized import Domain, Generalized, relative_loss
 from anonflow.schema import Attribute
 from anonflow.table import table_hash
 from anonflow.testing import make_context, typed_table
 from anonflow_std.clustering import lclustering as lc
-from anonflow_std.clustering.lclustering import LClustering, infer_resolution, l_clustering
+from anonflow_std.clustering.lclustering import LClustering, l_clustering
+from anonflow_std.common.qi_space import infer_resolution
 from anonflow_std.utility.generalized_loss import GeneralizationLoss, RelativeLoss
 
 from .conftest import DATA, WORKFLOWS, write

@@ -1,4 +1,4 @@
-"""Suppressed cells as wildcards (``anonflow_std.privacy.wildcard``) and the sdcMicro-style
+"""Suppressed cells as wildcards (``anonflow_std.common.wildcard``) and the sdcMicro-style
 ``local-suppression`` algorithm (``anonflow_std.generalization.local_suppression``)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from anonflow.api import CLASS, ROW, InputError, RunError, sql_ident
 from anonflow.params import validate_params
 from anonflow.testing import check_claims, make_context, run_workflow, typed_table
 from anonflow_std.generalization.local_suppression import LocalSuppression, importance_order, suppress
-from anonflow_std.privacy import wildcard as W
+from anonflow_std.common import wildcard as W
 
 ROOT = Path(__file__).resolve().parents[1]
 ADULT = ROOT / "workflows" / "data" / "arx" / "adult.csv"

@@ -27,8 +27,8 @@ import pytest
 
 from anonflow.api import CLASS, ROW, Partition
 from anonflow.errors import InputError
-from anonflow.kernels.distance import class_il
-from anonflow.kernels.encode import encode
+from anonflow_std.common.distance import class_il
+from anonflow_std.common.encode import encode
 from anonflow.schema import Attribute, Typing
 from anonflow.table import TypedTable, table_hash
 from anonflow.testing import make_context, typed_table

@@ -17,15 +17,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from anonflow.errors import InputError
-from anonflow.kernels.grey import balanced_adjacent_degree
+from anonflow_std.microaggregation.grey_degree import balanced_adjacent_degree
 from anonflow.params import ParamError, validate_params
 from anonflow.testing import make_context, typed_table
 from anonflow_std.microaggregation.mdav import Grav, Mdav, Refine, VGrav, VMdav
 from anonflow_std.risk.dld import Dld, linked_records
 from anonflow_std.microaggregation.refine import refine_partition, sse
 from anonflow_std.privacy.kanonymity import KAnonymity
-from anonflow_std.microaggregation.kernels import Euclidean, mdav_partition, vmdav_partition
-from anonflow_std.microaggregation.grey import Grey, grey_scores
+from anonflow_std.microaggregation.kernels import mdav_partition, vmdav_partition
+from anonflow_std.microaggregation.leaf_index import Euclidean
+from anonflow_std.microaggregation.grey_similarity import Grey, grey_scores
 from anonflow_std.utility.sse import SseIl
 
 from .conftest import WORKFLOWS, census_workflow

@@ -16,12 +16,11 @@ import pyarrow as pa
 import pytest
 
 from anonflow.api import Partition
-from anonflow.builtins import MISSING_CATEGORY
 from anonflow.grading import Grading
-from anonflow.schema import Attribute, Typing
+from anonflow.schema import MISSING_CATEGORY, Attribute, Typing
 from anonflow.table import TypedTable
 from anonflow.testing import make_context
-from anonflow_std.common import missing_marker, missing_sensitive, real_counts, real_distinct
+from anonflow_std.common.columns import missing_marker, missing_sensitive, real_counts, real_distinct
 from anonflow_std.privacy.alphak import AlphaIKAnonymity, AlphaKAnonymity
 from anonflow_std.privacy.distinct_diversity import LDiversity, PSensitiveKAnonymity
 from anonflow_std.risk.sensitivity import SensitivityDistance
@@ -322,11 +321,11 @@ def test_cli_alpha_i_k_gca_grades_no_missing_value(cli, tmp_path):
 def test_join_nearest_places_each_record_as_the_record_by_record_rule_does():
     """One distance row per distinct QI tuple gives exactly the per-record answer (nearest
     classed record, ties to the lowest position), duplicates and ties included."""
-    from anonflow.kernels.distance import record_distances
-    from anonflow.kernels.encode import encode
+    from anonflow_std.common.distance import record_distances
+    from anonflow_std.common.encode import encode
     from anonflow.testing import typed_table
 
-    from anonflow_std.common import join_nearest
+    from anonflow_std.common.columns import join_nearest
 
     rng = np.random.default_rng(5)
     n = 400

@@ -32,12 +32,13 @@ from hypothesis import strategies as st
 from anonflow.api import CLASS, Partition
 from anonflow.errors import InputError
 from anonflow.params import ParamError, validate_params
+from anonflow.plugins import get_registry
 from anonflow.testing import make_context, typed_table
 from anonflow_std.generalization.hierarchies import ArxFile
 from anonflow_std.generalization.lattice import Lattice
 from anonflow_std.privacy import population_uniqueness as PU
 from anonflow_std.privacy.population_uniqueness import MaxPopulationUniqueness, arx_suppressed_classes, estimate
-from anonflow_std.risk import reidentification as R
+from anonflow_std.common import uniqueness as U
 
 from .conftest import DATA
 
@@ -124,7 +125,7 @@ def test_dankar_follows_arx_figures():
 def test_dankar_without_the_zayatz_fallback_as_arx_criterion():
     """ARX's criterion calls getFractionOfUniqueTuplesDankar(false): Pitman failing at f <= 0.1
     fails the check, where the risk metric (and ARX's risk estimator) falls back to Zayatz."""
-    metric = R.population_uniqueness(*SMALL, USA)
+    metric = U.population_uniqueness(*SMALL, USA)
     assert metric.dankar_model == "zayatz" and metric.dankar == pytest.approx(33011307.663388487, rel=1e-12)
     e = estimate(*SMALL, USA)
     assert (e.available, e.chosen, e.fraction, e.sample_uniques) == (False, "pitman", 0.0, 10)
@@ -406,21 +407,22 @@ def adult(n=None, quasi=QUASI, seed=1):
 def run_lattice(table, model_params, suppression):
     ctx = make_context()
     p = validate_params(Lattice.params, {"model": NAME, "model_params": model_params, "suppression": suppression})
-    Lattice().check(p, table=table)
-    return Lattice().run(table, p, ctx), ctx
+    lattice = get_registry().get("algorithm", "lattice").obj  # it looks its models up in its registry
+    lattice.check(p, table=table)
+    return lattice.run(table, p, ctx), ctx
 
 
 def independent_fraction(sizes, population_size, model):
     """The estimate from the risk module's functions directly (not through the plugin)."""
-    s, c = R.class_size_histogram(sizes)
+    s, c = U.class_size_histogram(sizes)
     if c[s == 1].sum() == 0:
         return 0.0, True
     if model == "zayatz":
-        u = R.zayatz(s, c, population_size)
+        u = U.zayatz(s, c, population_size)
     elif model == "pitman":
-        u = R.pitman(s, c, population_size)[0]
+        u = U.pitman(s, c, population_size)[0]
     else:
-        pu = R.population_uniqueness(s, c, population_size, models=())
+        pu = U.population_uniqueness(s, c, population_size, models=())
         if (s * c).sum() / population_size <= 0.1 and pu.dankar_model != "pitman":
             return 0.0, False
         u = pu.dankar
@@ -588,7 +590,7 @@ ARX_OPTIMA = {("dankar", USA, 1e-10, 0.05): ((0, 2, 0, 0, 0), 673),
 
 
 def test_suppression_at_nodes_is_arxs():
-    from anonflow_std.generalization.lattice import Space
+    from anonflow_std.generalization.lattice_search import Space
 
     t = adult(quasi=Q5)
     space = Space(t, list(Q5))

@@ -19,9 +19,9 @@ from anonflow.params import validate_params
 from anonflow.schema import Attribute, Typing
 from anonflow.table import TypedTable
 from anonflow.testing import make_context, typed_table
-from anonflow_std.lossyjoin.publisher import k_figures, split_tables
+from anonflow_std.publishing.lossy_join import k_figures, split_tables
 from anonflow_std.privacy.alphak import AlphaIKAnonymity, AlphaKAnonymity, alpha_report
-from anonflow_std.privacy.counts import pair_consistency_sql, pair_counts_sql, table_counts_sql
+from anonflow_std.common.counts import pair_consistency_sql, pair_counts_sql, table_counts_sql
 from anonflow_std.privacy.distinct_diversity import LDiversity, PSensitiveKAnonymity
 from anonflow_std.privacy.kanonymity import KAnonymity
 

@@ -199,7 +199,7 @@ def test_verify_names_an_edited_manifest_field(cli, project, field, edit):
 
 def test_verify_checks_recorded_verdicts_and_check_results(cli, project):
     """A forger who also recomputes the digests is caught by the cross-checks (and by --rerun)."""
-    from anonflow_std.publishing.release import integrity
+    from anonflow_std.publishing.manifest import integrity
 
     _, rel = released(cli, project)
     path = rel / "manifest.json"
@@ -218,7 +218,7 @@ def test_verify_checks_recorded_verdicts_and_check_results(cli, project):
 
 
 def test_verify_rerun_names_a_forged_step_hash(cli, project):
-    from anonflow_std.publishing.release import integrity
+    from anonflow_std.publishing.manifest import integrity
 
     _, rel = released(cli, project)
     path = rel / "manifest.json"

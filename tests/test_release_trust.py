@@ -44,7 +44,7 @@ def forge(rel: Path, edit, workflow_sha256: bool = True) -> None:
     """Edit the manifest as an attacker would: ``edit(manifest)``, then recompute every digest
     (the workflow text's, each file's, the integrity block) so that it is consistent on its face.
     ``workflow_sha256=False``: all but the workflow text's (a forger who forgets that one)."""
-    from anonflow_std.publishing.release import integrity, manifest_bytes
+    from anonflow_std.publishing.manifest import integrity, manifest_bytes
 
     path = rel / "manifest.json"
     m = json.loads(path.read_text())
@@ -652,7 +652,7 @@ def test_rerun_hashes_a_source_before_copying_it(cli, project, scratch_root, mon
 def _one_anonymous(rel: Path) -> int:
     """Make the first published record unique in published.parquet and .csv (metadata kept);
     return the number of classes of the published QI values now."""
-    from anonflow_std.publishing.release import write_csv, write_parquet
+    from anonflow_std.publishing.manifest import write_csv, write_parquet
 
     from .conftest import CENSUS_QI
 
@@ -872,7 +872,7 @@ def test_formula_like_column_names_of_a_publisher_are_refused(cli, tmp_path, pub
 def _rewrite(rel: Path, stem: str, edit) -> None:
     """Rewrite ``stem``.parquet (its Parquet metadata kept) and ``stem``.csv as the release
     writes them, with ``edit(table)``; the digests are left to :func:`forge`."""
-    from anonflow_std.publishing.release import write_csv
+    from anonflow_std.publishing.manifest import write_csv
 
     data = pq.read_table(rel / f"{stem}.parquet")
     meta = data.schema.metadata
@@ -1024,7 +1024,7 @@ def test_verify_names_a_field_the_manifest_schema_does_not_have_or_lacks(cli, pr
 
 def test_verify_checks_the_whole_manifest_digest(cli, project):
     """Each field's digest recomputed, the whole manifest's not."""
-    from anonflow_std.publishing.release import integrity, manifest_bytes
+    from anonflow_std.publishing.manifest import integrity, manifest_bytes
 
     rel = released(cli, project)
     path = rel / "manifest.json"
@@ -1203,7 +1203,7 @@ def test_a_metric_verdict_recorded_the_wrong_way_round_is_named(cli, project):
 
 def test_only_hierarchy_and_typing_steps_pin_files_for_a_rerun():
     """A forged algorithm step whose parameters look like a hierarchy spec pins no file."""
-    from anonflow_std.publishing.verify import recorded_files
+    from anonflow_std.publishing.release_files import recorded_files
 
     spec = {"age": {"files": {"path": "a" * 64}, "params": {"path": "h.csv"}}}
     manifest = {"sources": [], "steps": [{"kind": "algorithm", "step": "anon", "params": spec},

@@ -18,6 +18,7 @@ from scipy import optimize, special
 from anonflow.api import InputError, RunError
 from anonflow.testing import make_context, typed_table
 
+from anonflow_std.common import uniqueness as U
 from anonflow_std.risk import reidentification as R
 
 # class sizes 1, 2, 2, 5: n = 10 records, u = 4 classes
@@ -27,98 +28,98 @@ SIZES = [1, 2, 2, 5]
 # -- prosecutor / journalist / marketer ------------------------------------------------------
 
 def test_prosecutor_by_hand():
-    r = R.prosecutor_risk(SIZES, threshold=0.2)
+    r = U.prosecutor_risk(SIZES, threshold=0.2)
     assert r.highest == 1.0                 # 1 / smallest class (1)
     assert r.lowest == 0.2                  # 1 / largest class (5)
     assert r.success_rate == 0.4            # classes / records = 4 / 10
     assert r.average == 0.4
     # risks 1, 1/2, 1/2, 1/5: 1/5 = 0.2 is NOT > 0.2 (ARX: strictly greater), so 1 + 2 + 2 of 10
     assert r.records_at_risk == 0.5
-    assert R.prosecutor_risk(SIZES, threshold=0.5).records_at_risk == 0.1   # 1/2 > 0.5 fails: 1 of 10
-    assert R.prosecutor_risk(SIZES, threshold=0.19).records_at_risk == 1.0  # every record
-    assert R.prosecutor_risk(SIZES, threshold=1.0).records_at_risk == 0.0   # 1 > 1 fails too
+    assert U.prosecutor_risk(SIZES, threshold=0.5).records_at_risk == 0.1   # 1/2 > 0.5 fails: 1 of 10
+    assert U.prosecutor_risk(SIZES, threshold=0.19).records_at_risk == 1.0  # every record
+    assert U.prosecutor_risk(SIZES, threshold=1.0).records_at_risk == 0.0   # 1 > 1 fails too
 
 
 def test_prosecutor_from_histogram_equals_class_sizes():
-    s, c = R.class_size_histogram(SIZES)
+    s, c = U.class_size_histogram(SIZES)
     assert s.tolist() == [1, 2, 5] and c.tolist() == [1, 2, 1]
-    assert R.prosecutor_risk(s, c, 0.2) == R.prosecutor_risk(SIZES, None, 0.2)
+    assert U.prosecutor_risk(s, c, 0.2) == U.prosecutor_risk(SIZES, None, 0.2)
 
 
 def test_journalist_and_marketer_by_hand():
     f, F = [1, 2, 2, 5], [3, 2, 10, 5]      # each sample class's size in the population
-    j = R.journalist_risk(f, F, threshold=0.2)
+    j = U.journalist_risk(f, F, threshold=0.2)
     assert j.highest == 0.5                 # 1 / min F
     assert j.lowest == 0.1                  # 1 / max F
     # 1/3 > .2 (1 record), 1/2 > .2 (2), 1/10 and 1/5 not: 3 of 10
     assert j.records_at_risk == pytest.approx(0.3)
     # max(classes / sum F = 4/20, sum(f/F)/n = (1/3 + 1 + 1/5 + 1)/10)
     assert j.success_rate == pytest.approx((1 / 3 + 1 + 0.2 + 1) / 10)
-    assert R.marketer_risk(f, F) == pytest.approx((1 / 3 + 1 + 0.2 + 1) / 10)
+    assert U.marketer_risk(f, F) == pytest.approx((1 / 3 + 1 + 0.2 + 1) / 10)
     # rC1 wins when the population classes are small relative to the sample's
-    j2 = R.journalist_risk([2, 2], [2, 100], threshold=0.2)
+    j2 = U.journalist_risk([2, 2], [2, 100], threshold=0.2)
     assert j2.success_rate == pytest.approx(max(2 / 102, (1 + 0.02) / 4))
 
 
 def test_journalist_without_population_is_prosecutor_and_marketer_is_classes_over_records():
-    assert R.journalist_risk(SIZES, None, threshold=0.2) == R.prosecutor_risk(SIZES, threshold=0.2)
-    assert R.marketer_risk(SIZES) == 0.4
+    assert U.journalist_risk(SIZES, None, threshold=0.2) == U.prosecutor_risk(SIZES, threshold=0.2)
+    assert U.marketer_risk(SIZES) == 0.4
     # with (f, F) pairs weighted by counts
-    assert R.marketer_risk([1, 2], [3, 2], counts=[2, 1]) == pytest.approx((2 * 1 / 3 + 1) / 4)
+    assert U.marketer_risk([1, 2], [3, 2], counts=[2, 1]) == pytest.approx((2 * 1 / 3 + 1) / 4)
 
 
 def test_sample_uniqueness_by_hand():
-    assert R.sample_uniqueness(SIZES) == (1, 0.1)
-    assert R.sample_uniqueness([1, 1, 1]) == (3, 1.0)
-    assert R.sample_uniqueness([4]) == (0, 0.0)
+    assert U.sample_uniqueness(SIZES) == (1, 0.1)
+    assert U.sample_uniqueness([1, 1, 1]) == (3, 1.0)
+    assert U.sample_uniqueness([4]) == (0, 0.0)
 
 
 def test_edge_cases():
-    empty = R.prosecutor_risk([], threshold=0.2)
+    empty = U.prosecutor_risk([], threshold=0.2)
     assert (empty.highest, empty.success_rate, empty.records_at_risk, empty.lowest) == (0, 0, 0, 0)
-    assert R.marketer_risk([]) == 0.0 and R.sample_uniqueness([]) == (0, 0.0)
-    uniq = R.prosecutor_risk([1] * 7)
+    assert U.marketer_risk([]) == 0.0 and U.sample_uniqueness([]) == (0, 0.0)
+    uniq = U.prosecutor_risk([1] * 7)
     assert (uniq.highest, uniq.success_rate, uniq.records_at_risk, uniq.lowest) == (1, 1, 1, 1)
-    one = R.prosecutor_risk([8])
+    one = U.prosecutor_risk([8])
     assert (one.highest, one.success_rate, one.records_at_risk, one.lowest) == (0.125, 0.125, 0.0, 0.125)
-    pu = R.population_uniqueness([], [], 1000)
+    pu = U.population_uniqueness([], [], 1000)
     assert (pu.pitman, pu.zayatz, pu.snb, pu.dankar, pu.dankar_model) == (0, 0, 0, 0, "none")
 
 
 def test_monotone_under_merging_classes():
     rng = np.random.default_rng(7)
     sizes = rng.integers(1, 6, 200)
-    before = R.prosecutor_risk(sizes, threshold=0.2)
+    before = U.prosecutor_risk(sizes, threshold=0.2)
     merged = np.add.reduceat(sizes, np.arange(0, 200, 2))   # generalize: pairs of classes merge
-    after = R.prosecutor_risk(merged, threshold=0.2)
+    after = U.prosecutor_risk(merged, threshold=0.2)
     assert after.highest <= before.highest and after.success_rate <= before.success_rate
     assert after.records_at_risk <= before.records_at_risk and after.lowest <= before.lowest
-    assert R.sample_uniqueness(merged)[0] <= R.sample_uniqueness(sizes)[0]
+    assert U.sample_uniqueness(merged)[0] <= U.sample_uniqueness(sizes)[0]
 
 
 # -- population uniqueness ---------------------------------------------------------------------
 
 def test_population_size_for():
-    assert R.population_size_for(100) == R.USA_POPULATION == 317_238_626
-    assert R.population_size_for(100, population_size=5000) == 5000
-    assert R.population_size_for(3, sampling_fraction=0.4) == 8      # Math.round(7.5) = 8 (halves up)
-    assert R.population_size_for(10, sampling_fraction=0.1) == 100
+    assert U.population_size_for(100) == U.USA_POPULATION == 317_238_626
+    assert U.population_size_for(100, population_size=5000) == 5000
+    assert U.population_size_for(3, sampling_fraction=0.4) == 8      # Math.round(7.5) = 8 (halves up)
+    assert U.population_size_for(10, sampling_fraction=0.1) == 100
     with pytest.raises(InputError):
-        R.population_size_for(10, 100, 0.1)
+        U.population_size_for(10, 100, 0.1)
 
 
 def test_zayatz_by_hand():
     # classes of size 1 and 2 (n = 3, u = 2), population N = 10, f = 0.3
     # h_1 = P(X=1 | N=10, K=1, 3 draws) = 3/10; h_2 = C(2,1) C(8,2) / C(10,3) = 56/120
     # uniqueness = (1/2 * 3/10) / (1/2 * 3/10 + 1/2 * 56/120) = 9/23; uniques = 1 * 9/23 / 0.3 = 30/23
-    assert R.zayatz([1, 2], [1, 1], 10) == pytest.approx(30 / 23, rel=1e-14)
-    assert R.zayatz([1, 2], [1, 1], 10) == pytest.approx(1.3043478260869565, rel=1e-14)   # ARX
+    assert U.zayatz([1, 2], [1, 1], 10) == pytest.approx(30 / 23, rel=1e-14)
+    assert U.zayatz([1, 2], [1, 1], 10) == pytest.approx(1.3043478260869565, rel=1e-14)   # ARX
 
 
 def test_hypergeometric_p1_against_scipy():
     from scipy import stats
     K = np.array([1, 2, 3, 7, 40])
-    assert np.allclose(R._hypergeometric_p1(100_000, K, 3_000), stats.hypergeom.pmf(1, 100_000, K, 3_000), rtol=1e-10)
+    assert np.allclose(U._hypergeometric_p1(100_000, K, 3_000), stats.hypergeom.pmf(1, 100_000, K, 3_000), rtol=1e-10)
 
 
 HIST = ([1, 2, 3, 4, 7, 20], [50, 30, 20, 10, 3, 1])     # n = 251 records, u = 114 classes
@@ -140,7 +141,7 @@ HISTS = {"HIST": HIST, "UNIQ": ([1], [1]), "SMALL": ([1, 2, 3, 5], [10, 5, 2, 1]
 def test_population_uniqueness_matches_arx(key):
     name, population = key
     pitman, zayatz, snb, dankar, model = ARX[key]
-    pu = R.population_uniqueness(*HISTS[name], population)
+    pu = U.population_uniqueness(*HISTS[name], population)
     assert pu.pitman == pytest.approx(pitman, rel=1e-7, abs=1e-12)   # Newton stops within 1e-6 of the root
     assert pu.zayatz == pytest.approx(zayatz, rel=1e-12)
     assert pu.snb == snb
@@ -164,7 +165,7 @@ def test_pitman_against_an_independent_solution():
 
     t, a = optimize.fsolve(eqs, [10.0, 0.5], xtol=1e-13)
     expected = math.exp(special.gammaln(t + 1) - special.gammaln(t + a)) * N ** a
-    estimate, solver = R.pitman(s, c, N)
+    estimate, solver = U.pitman(s, c, N)
     assert solver == "closed-form"
     # ARX stops once both equations are within 1e-6 of 0, not at the exact root: the estimate
     # agrees with the exact one to ~2e-7 here (and with ARX's own figure to 2e-11)
@@ -173,16 +174,16 @@ def test_pitman_against_an_independent_solution():
 
 def test_dankar_rule():
     # f = 251 / 5000 <= 0.1: Pitman; f = 251 / 600 > 0.1 and SNB not available: Zayatz
-    assert R.population_uniqueness(*HIST, 5000).dankar_model == "pitman"
-    assert R.population_uniqueness(*HIST, 600).dankar_model == "zayatz"
+    assert U.population_uniqueness(*HIST, 5000).dankar_model == "pitman"
+    assert U.population_uniqueness(*HIST, 600).dankar_model == "zayatz"
     # Pitman not available (NaN) at f <= 0.1: Zayatz (ARX's useZayatzAsFallback)
-    pu = R.population_uniqueness([1, 2, 3, 5], [10, 5, 2, 1], 317_238_626)
+    pu = U.population_uniqueness([1, 2, 3, 5], [10, 5, 2, 1], 317_238_626)
     assert pu.pitman == 0.0 and not pu.available("pitman") and pu.dankar_model == "zayatz"
     # no sample unique: everything 0, available, model "none" (ARX's DANKAR)
-    pu = R.population_uniqueness([2, 3], [5, 1], 1000)
+    pu = U.population_uniqueness([2, 3], [5, 1], 1000)
     assert (pu.dankar, pu.dankar_model, pu.available("pitman")) == (0.0, "none", True)
     with pytest.raises(InputError):
-        R.population_uniqueness([1], [20], 10)     # population smaller than the sample
+        U.population_uniqueness([1], [20], 10)     # population smaller than the sample
 
 
 def test_snb_classes_by_hand_and_snb_unavailable_where_arx():
@@ -193,8 +194,8 @@ def test_snb_classes_by_hand_and_snb_unavailable_where_arx():
     B = ((1 - f) * (1 + f) - 1) + ((1 - f) ** 2 * (1 + f) ** 2 - 1)
     C = (1 - f) + (1 - f) ** 2
     D = 1 * f * 1 + 2 * f * (1 - f)
-    assert R._snb_classes(s, c, 2.0, 1.0, f) == pytest.approx(2 + 1 * (A / B) * (C / D) ** 2, rel=1e-14)
-    assert math.isnan(R.snb(*HIST, 600))     # ARX's raw SNB is NaN here too
+    assert U._snb_classes(s, c, 2.0, 1.0, f) == pytest.approx(2 + 1 * (A / B) * (C / D) ** 2, rel=1e-14)
+    assert math.isnan(U.snb(*HIST, 600))     # ARX's raw SNB is NaN here too
 
 
 def test_arx_gamma_functions_match_arx():
@@ -206,15 +207,15 @@ def test_arx_gamma_functions_match_arx():
             (9.5, 2.1977378764029485, 0.0), (12.0, 2.44266167997581, 0.08690187287177067),
             (20.0, 2.970523992242149, 0.051270822935203124), (1e6, 13.81551005796419, 1.0000005000001667e-6)]
     x = np.array([r[0] for r in rows])
-    assert np.allclose(R.arx_digamma(x), [r[1] for r in rows], rtol=1e-13)
-    assert np.allclose(R.arx_trigamma(x), [r[2] for r in rows], rtol=1e-13, atol=0)
+    assert np.allclose(U.arx_digamma(x), [r[1] for r in rows], rtol=1e-13)
+    assert np.allclose(U.arx_trigamma(x), [r[2] for r in rows], rtol=1e-13, atol=0)
     for xi, dg, tg in rows:
-        assert R._dg(xi) == pytest.approx(dg, rel=1e-13) and R._tg(xi) == pytest.approx(tg, rel=1e-13, abs=0)
+        assert U._dg(xi) == pytest.approx(dg, rel=1e-13) and U._tg(xi) == pytest.approx(tg, rel=1e-13, abs=0)
 
 
 def test_start_values_are_arxs():
-    assert len(R.START_VALUES) == 16 and R.ITERATIONS_TOTAL == 17_000
-    assert sorted({a for a, _ in R.START_VALUES}) == pytest.approx([0.0, 0.33, 0.66, 0.99])
+    assert len(U.START_VALUES) == 16 and U.ITERATIONS_TOTAL == 17_000
+    assert sorted({a for a, _ in U.START_VALUES}) == pytest.approx([0.0, 0.33, 0.66, 0.99])
 
 
 # -- the metric plugins ------------------------------------------------------------------------
@@ -285,9 +286,9 @@ def test_population_uniqueness_metric():
     m = R.PopulationUniquenessMetric()
     ctx = make_context()
     out = m.compute(None, _table(), {"population_size": 100, "sampling_fraction": None, "model": "dankar"}, ctx)
-    pu = R.population_uniqueness([1, 2, 2, 5], None, 100)
+    pu = U.population_uniqueness([1, 2, 2, 5], None, 100)
     assert out["population-uniqueness"] == pytest.approx(pu.dankar / 100)
-    assert out["population-uniqueness.dankar_model"] == R.MODEL_CODES[pu.dankar_model]
+    assert out["population-uniqueness.dankar_model"] == U.MODEL_CODES[pu.dankar_model]
     assert out["population-uniqueness.sampling_fraction"] == 0.1
     assert out["population-uniqueness.sample_uniques"] == 1.0
     assert any("Dankar's rule chose" in n for n in ctx.notes)

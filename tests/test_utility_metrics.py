@@ -12,9 +12,11 @@ import pytest
 from anonflow.api import InputError
 from anonflow.testing import make_context, typed_table
 from anonflow_std.generalization.hierarchies import Intervals, Taxonomy
-from anonflow_std.common import entropy
+from anonflow_std.common.columns import entropy
 from anonflow_std.utility.classification import ClassificationAccuracy
-from anonflow_std.utility.hierarchy_loss import EntropyLoss, GeneralizationRl, Loss, MiLoss, _codes, mutual_information
+from anonflow_std.common.hierarchy_levels import category_codes as _codes
+from anonflow_std.common.hierarchy_levels import mutual_information
+from anonflow_std.utility.hierarchy_loss import EntropyLoss, GeneralizationRl, Loss, MiLoss
 
 from .conftest import DATA
 
@@ -142,7 +144,7 @@ def test_generalization_rl_and_relative_loss_are_one_computation():
 
 
 def test_the_first_party_plugins_have_one_entropy():
-    from anonflow_std import common
+    from anonflow_std.common import columns as common
     from anonflow_std.microaggregation import maasae
     from anonflow_std.utility import hierarchy_loss
 

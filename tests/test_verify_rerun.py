@@ -114,7 +114,7 @@ def test_a_hostile_absolute_source_path_reads_nothing_it_may_not(cli, project, t
     """A forged manifest naming someone's file by absolute path: without --sources the file is
     at most hashed (never copied, used or its digest shown, unless it is the recorded one); under
     /proc, /sys or /dev never opened; with --sources DIR the recorded path is never opened."""
-    from anonflow_std.publishing import verify as verify_mod
+    from anonflow_std.publishing import release_files as files_mod
 
     rel = project / "out" / "release"
     run_json(cli, census_workflow(project, extra=RELEASE), "--db", project / "s.duckdb", "--out-dir", project / "out")
@@ -131,8 +131,8 @@ def test_a_hostile_absolute_source_path_reads_nothing_it_may_not(cli, project, t
 
     forge(rel, edit)
     opened: list[str] = []
-    real = verify_mod._open_under
-    monkeypatch.setattr(verify_mod, "_open_under", lambda base, name: opened.append(f"{base}/{name}") or
+    real = files_mod.open_under
+    monkeypatch.setattr(files_mod, "open_under", lambda base, name: opened.append(f"{base}/{name}") or
                         real(base, name))
     runs = _spy_runs(monkeypatch)
     given = tmp_path / "given"
@@ -181,7 +181,7 @@ def test_sources_dir_also_finds_a_relative_source_by_its_file_name(cli, project,
 
 
 def test_recorded_files_accepts_only_sources_outside_the_workflow_folder():
-    from anonflow_std.publishing.verify import outside_source, recorded_files
+    from anonflow_std.publishing.release_files import outside_source, recorded_files
 
     h = "a" * 64
     files, problems = recorded_files({"sources": [{"name": "s", "path": "/data/adult.csv", "sha256": h},
@@ -334,7 +334,7 @@ def test_the_same_records_in_another_order(cli, project, scratch_root, monkeypat
 
 
 def test_compare_tables_counts_records_both_ways(tmp_path):
-    from anonflow_std.publishing.verify import compare_tables
+    from anonflow_std.publishing.rerun_compare import compare_tables
 
     a = pa.table({"x": [1, 2, 2, 3], "s": ["a", "b", "b", None]})
     for name, t in {"a": a, "same": a, "moved": a.take([3, 2, 1, 0]), "other": a.slice(0, 3),
@@ -356,7 +356,7 @@ def test_compare_tables_counts_records_both_ways(tmp_path):
 
 
 def test_version_changes_name_packages_plugins_and_code():
-    from anonflow_std.publishing.verify import version_changes
+    from anonflow_std.publishing.rerun_compare import version_changes
 
     a = {"anonflow": "1.0", "duckdb": "1.1", "plugins": {"algorithm:mdav": "anonflow 1.0", "metric:x": "ext 2"},
          "code": {"anonflow": "1" * 64, "plugins": {"algorithm:mdav": "2" * 64, "metric:x": "3" * 64}}}

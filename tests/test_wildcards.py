@@ -15,7 +15,7 @@ import pytest
 from anonflow.api import InputError
 from anonflow.params import validate_params
 from anonflow.testing import make_context, typed_table
-from anonflow_std.privacy import wildcard as W
+from anonflow_std.common import wildcard as W
 from anonflow_std.privacy.alphak import AlphaKAnonymity
 from anonflow_std.privacy.distinct_diversity import LDiversity, PSensitiveKAnonymity
 from anonflow_std.privacy.entropy_l_diversity import EntropyLDiversity

@@ -2,9 +2,9 @@
 
 Registered through the ``anonflow`` entry-point group exactly like a third party's plugin
 (see ``pyproject.toml``); the engine never imports this package. The plugins are arranged in
-subpackages by family (``microaggregation``, ``clustering``, ``generalization``, ``lossyjoin``,
-``privacy``, ``risk``, ``utility``, ``publishing``); helpers shared across families are in
-``common``. Every module under this package that defines ``PLUGINS`` (a list of plugin
+subpackages by family (``microaggregation``, ``clustering``, ``generalization``, ``privacy``,
+``risk``, ``utility``, ``publishing``), which import each other only through ``common``: the
+helpers and algorithm kernels several families share. Every module under this package that defines ``PLUGINS`` (a list of plugin
 objects) is registered: :func:`modules` finds them, in module-name order, so a new module
 registers without editing this file; the hooks below hand each plugin to the registry under
 its kind.
@@ -34,9 +34,11 @@ def _plugins(kind: type) -> list:
 
 
 @hookimpl
-def anonflow_register_algorithms(register):
+def anonflow_register_algorithms(register, registry):
+    # an algorithm that uses other plugins (the lattice's privacy models) is registered bound to
+    # the registry it is registered in, and looks them up there
     for plugin in _plugins(Algorithm):
-        register(plugin)
+        register(plugin.bound(registry) if hasattr(plugin, "bound") else plugin)
 
 
 @hookimpl

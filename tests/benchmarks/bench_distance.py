@@ -57,8 +57,8 @@ def median_ms(fn: Callable[[], object], repeat: int = 200, warmup: int = 5) -> f
 
 def run(repeat: int = 200, seed: int = 0) -> dict[str, float]:
     """All timings (ms, medians) plus the record counts."""
-    from anonflow.kernels import distance as D
-    from anonflow.kernels.encode import encode
+    from anonflow_std.common import distance as D
+    from anonflow_std.common.encode import encode
 
     table, total = load_adult()
     enc = encode(table)

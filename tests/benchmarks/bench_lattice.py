@@ -95,13 +95,14 @@ def seed004_adult() -> Any:
 
 def run(table: Any, **given: Any) -> dict[str, Any]:
     from anonflow.params import validate_params
+    from anonflow.plugins import get_registry
     from anonflow.testing import make_context
     from anonflow_std.generalization.lattice import Lattice
 
     params = validate_params(Lattice.params, given)
     ctx = make_context()
     t0 = time.perf_counter()
-    Lattice().run(table, params, ctx)
+    get_registry().get("algorithm", "lattice").obj.run(table, params, ctx)
     seconds = time.perf_counter() - t0
     notes = " ".join(ctx.notes)
     size, checked = re.search(r"(\d+) nodes .*?checked (\d+)", notes).groups()

@@ -59,7 +59,7 @@ def main() -> None:
     from anonflow_std.risk.dld import linked_records
     from anonflow_std.microaggregation.refine import refine_partition
     from anonflow_std.microaggregation.kernels import mdav_partition, vmdav_partition
-    from anonflow_std.microaggregation.grey import Grey
+    from anonflow_std.microaggregation.grey_similarity import Grey
 
     X = adult()
     if "--quick" in sys.argv:

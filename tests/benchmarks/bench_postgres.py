@@ -71,7 +71,7 @@ elif mode == "read-anonflow":
     print(json.dumps({"rows": art.rows, "seconds": time.perf_counter() - t0}))
 else:  # write-<publisher>
     if mode == "write-loaded":
-        from anonflow_std.publishing import postgres as pgpub
+        from anonflow_std.publishing import postgres_publisher as pgpub
         pgpub.Streamed.of = classmethod(lambda cls, table, ctx: None)
     from click.testing import CliRunner
     from anonflow.cli import main

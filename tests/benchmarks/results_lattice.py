@@ -51,14 +51,16 @@ WORKCLASS = {"Non-Government": ["Private", "Self-emp-not-inc", "Self-emp-inc"],
 
 def lattice(table: Any, **given: Any) -> tuple[Any, list[str], float]:
     from anonflow.params import validate_params
+    from anonflow.plugins import get_registry
     from anonflow.testing import make_context
     from anonflow_std.generalization.lattice import Lattice
 
     params = validate_params(Lattice.params, given)
     ctx = make_context()
-    Lattice().check(params, table=table)
+    registered = get_registry().get("algorithm", "lattice").obj
+    registered.check(params, table=table)
     t0 = time.perf_counter()
-    out = Lattice().run(table, params, ctx)
+    out = registered.run(table, params, ctx)
     seconds = time.perf_counter() - t0
     out = out.replace(data=out.data.filter(pc.is_valid(out.data.column("_class"))))
     return out, ctx.notes, seconds
@@ -204,8 +206,9 @@ def weights() -> None:
     import numpy as np
 
     from anonflow.testing import typed_table
-    from anonflow_std.common import entropy
-    from anonflow_std.utility.hierarchy_loss import _codes, mutual_information
+    from anonflow_std.common.columns import entropy
+    from anonflow_std.common.hierarchy_levels import category_codes as _codes
+    from anonflow_std.common.hierarchy_levels import mutual_information
 
     raw = pacsv.read_csv(DATA / "adult" / "adult_full.csv")
     t = typed_table({c: raw.column(c) for c in [*QI11, "income"]},

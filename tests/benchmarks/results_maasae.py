@@ -89,9 +89,9 @@ def steps(records: int = 8000, k: int = 10, seed: int = 0, ps=(7, 5)) -> None:
     import numpy as np
     from bench_maasae import load_adult
 
-    from anonflow.kernels.encode import encode
+    from anonflow_std.common.encode import encode
     from anonflow_std.microaggregation.maasae import maasae_partition
-    from anonflow_std.common import sensitive_codes
+    from anonflow_std.common.columns import sensitive_codes
 
     table = load_adult()
     table = table.replace(data=table.data.slice(0, records))

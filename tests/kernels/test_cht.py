@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anonflow.errors import InputError
-from anonflow.kernels.cht import CHT, edge_weights
+from anonflow_std.common.cht import CHT, edge_weights
 
 
 def test_spec_example_150001_150002_vs_061110():

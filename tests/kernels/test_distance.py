@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from anonflow.kernels import distance as D
-from anonflow.kernels.encode import encode
+from anonflow_std.common import distance as D
+from anonflow_std.common.encode import encode
 
 from .helpers import table
 

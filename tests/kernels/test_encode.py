@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from anonflow.errors import InputError
-from anonflow.kernels.encode import Continuous, Nominal, Ordinal, Semantic, encode, ordinal_positions
+from anonflow_std.common.encode import Continuous, Nominal, Ordinal, Semantic, encode, ordinal_positions
 from anonflow.schema import ROW, Attribute, Typing
 from anonflow.table import TypedTable
 from anonflow.testing import typed_table
@@ -93,7 +93,7 @@ def test_attribute_without_options_field_is_read_defensively():
         name, role, type, order, weights = "z", "quasi", "semantic", None, None
 
     t = table({"z": ["111", "112"]}, {"z": "semantic"})
-    from anonflow.kernels import encode as enc_mod
+    from anonflow_std.common import encode as enc_mod
     z = enc_mod._semantic(t, Bare())  # type: ignore[arg-type]
     assert (z.cht.beta, z.cht.w12) == (1.0, 0.0)
 

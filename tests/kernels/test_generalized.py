@@ -14,16 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from anonflow.kernels.generalized import (
+from anonflow_std.common.ds_distance import DSWorkspace, ds_classes, ds_record_class, ds_records
+from anonflow_std.common.generalized import (
     Domain,
-    DSWorkspace,
     Generalized,
     attribute_loss,
     covers,
     dataset_loss,
-    ds_classes,
-    ds_record_class,
-    ds_records,
     full_generalization_loss,
     join,
     relative_loss,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anonflow.kernels.grey import balanced_adjacent_degree
+from anonflow_std.microaggregation.grey_degree import balanced_adjacent_degree
 
 
 def naive(x0, X, zeta):

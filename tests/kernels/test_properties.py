@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anonflow.kernels import distance as D
-from anonflow.kernels.encode import encode
+from anonflow_std.common import distance as D
+from anonflow_std.common.encode import encode
 
 from .helpers import table
 

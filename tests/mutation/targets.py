@@ -47,7 +47,7 @@ TARGETS = [
         "privacy-sql",
         {
             f"{STD}/privacy/kanonymity.py": ["KAnonymity.compute"],
-            f"{STD}/privacy/counts.py": ["grouping", "class_counts_sql", "grouped_part", "claimed", "published_part",
+            f"{STD}/common/counts.py": ["grouping", "class_counts_sql", "grouped_part", "claimed", "published_part",
                                         "table_counts_sql", "pair_counts_sql", "pair_consistency_sql",
                                         "flagged_counts_sql"],
             f"{STD}/privacy/distinct_diversity.py": ["_diversity_report", "LDiversity.compute",
@@ -55,7 +55,7 @@ TARGETS = [
             f"{STD}/utility/class_metrics.py": ["class_sizes_sql"],
             f"{STD}/privacy/alphak.py": ["alpha_report", "_AlphaCheck.*", "AlphaKAnonymity.compute",
                                         "AlphaIKAnonymity.compute"],
-            f"{STD}/lossyjoin/publisher.py": ["split_tables", "k_figures"],
+            f"{STD}/publishing/lossy_join.py": ["split_tables", "k_figures"],
         },
         ("tests/test_metrics.py", "tests/test_missing_policy.py", "tests/test_privacy_sql.py",
          "tests/test_lclustering.py", "tests/test_gca.py"),
@@ -66,15 +66,16 @@ TARGETS = [
             f"{STD}/privacy/kanonymity.py": ["KAnonymity.partition_holds"],
             f"{STD}/privacy/distinct_diversity.py": ["*.partition_holds"],
             f"{STD}/privacy/alphak.py": ["*.partition_holds"],
-            f"{STD}/common.py": ["real_counts", "real_distinct"],
+            f"{STD}/common/columns.py": ["real_counts", "real_distinct"],
         },
         ("tests/test_privacy_sql.py", "tests/test_lattice.py", "tests/test_lattice_oracle.py"),
     ),
     Target(
         "lattice",
         {
-            f"{STD}/generalization/lattice.py": ["_group", "Space.*", "Search.*", "Lattice.run", "Lattice.run.*",
-                                  "Lattice._best_loss", "Lattice._best_metric"],
+            f"{STD}/generalization/lattice_search.py": ["_group", "Space.*", "Search.*"],
+            f"{STD}/generalization/lattice.py": ["Lattice.run", "Lattice.run.*", "Lattice._best_loss",
+                                                 "Lattice._best_metric"],
             "anonflow/api.py": ["suppression_limit"],
         },
         ("tests/test_lattice_oracle.py", "tests/test_lattice.py", "tests/test_suppression_and_plan.py"),
@@ -84,7 +85,7 @@ TARGETS = [
         {
             "anonflow/runner.py": ["Runner._run_algorithm", "Runner._check_suppression", "Runner._check_claims"],
             "anonflow/builtins.py": ["EvaluateStep.run"],
-            f"{STD}/privacy/counts.py": ["claimed"],
+            f"{STD}/common/counts.py": ["claimed"],
         },
         ("tests/test_claims_and_thresholds.py", "tests/test_suppression_and_plan.py", "tests/test_privacy_sql.py",
          "tests/test_plugins.py", "tests/test_hostile_engine.py::test_a_chained_algorithm_claims_its_own_model_not_its_inputs"),
@@ -92,11 +93,15 @@ TARGETS = [
     Target(
         "release",
         {
-            f"{STD}/publishing/verify.py": ["verify", "_verify_*", "_compare_check", "_check_signature", "recorded_files",
-                                 "recorded_files.*", "_same"],
-            f"{STD}/publishing/checks.py": ["planned_checks", "derive_checks", "claim_checks", "threshold_misses", "verdict"],
-            f"{STD}/publishing/release.py": ["integrity", "field_digests", "load_release_table", "_sa_counts",
-                                  "run_file_checks", "file_rows"],
+            f"{STD}/publishing/verify.py": ["verify"],
+            f"{STD}/publishing/audit.py": ["verify_*", "compare_check"],
+            f"{STD}/publishing/signing.py": ["check_signature"],
+            f"{STD}/publishing/release_files.py": ["recorded_files", "recorded_files.*"],
+            f"{STD}/publishing/findings.py": ["same"],
+            f"{STD}/publishing/checks.py": ["planned_checks", "derive_checks", "claim_checks", "threshold_misses", "verdict",
+                                            "run_file_checks"],
+            f"{STD}/publishing/manifest.py": ["integrity", "field_digests", "load_release_table", "_sa_counts",
+                                              "file_rows"],
         },
         ("tests/test_release_trust.py", "tests/test_release.py"),
     ),
@@ -104,9 +109,9 @@ TARGETS = [
 
 # -- hand-written mutants ---------------------------------------------------------------------
 
-M, MG, AK, CT, LJ, LAT = (f"{STD}/privacy/kanonymity.py", f"{STD}/privacy/distinct_diversity.py",
-                          f"{STD}/privacy/alphak.py", f"{STD}/privacy/counts.py", f"{STD}/lossyjoin/publisher.py",
-                          f"{STD}/generalization/lattice.py")
+M, MG, AK, CT, LJ, LAT, LATS = (f"{STD}/privacy/kanonymity.py", f"{STD}/privacy/distinct_diversity.py",
+                                f"{STD}/privacy/alphak.py", f"{STD}/common/counts.py", f"{STD}/publishing/lossy_join.py",
+                                f"{STD}/generalization/lattice.py", f"{STD}/generalization/lattice_search.py")
 
 HAND = [
     # k-anonymity, in SQL
@@ -222,9 +227,9 @@ EQUIVALENT: dict[str, str] = {
     f"{MG}: return ctx.sql(query, [int(k or 0), int(p or 0)], published=data).to_pylist()[0] "
     f"=> return ctx.sql(query, [int(k or 0), int(p or -1)], published=data).to_pylist()[0]":
         "no class has a negative distinct count: d < 0 and d < -1 are both never true",
-    f"{LAT}: if self._cache[j].levels == levels: => if self._cache[j].levels >= levels:":
+    f"{LATS}: if self._cache[j].levels == levels: => if self._cache[j].levels >= levels:":
         "the cached node is below the target in every coordinate; lexicographically >= as well only if equal",
-    f"{LAT}: sat = self.status == 1 => sat = self.status >= 1": "a node's status is -1, 0 or 1",
+    f"{LATS}: sat = self.status == 1 => sat = self.status >= 1": "a node's status is -1, 0 or 1",
     f"{LAT}: minimal = np.flatnonzero(search.minimal().reshape(-1)) "
     f"=> minimal = np.flatnonzero(search.minimal().reshape(- 2))":
         "numpy reads any negative size of a one-dimensional reshape as 'the rest': the same flat array",
@@ -239,8 +244,8 @@ EQUIVALENT: dict[str, str] = {
     "=> while need != 1.0 and suppression_limit(need, records) < suppressed:": _LOOP,
     "anonflow/runner.py: while need < 1.0 and suppression_limit(need, records) < suppressed: "
     "=> while need < 2.0 and suppression_limit(need, records) < suppressed:": _LOOP,
-    f"{LAT}: self.kept = np.round(1 - kept / sp.d, 12) => self.kept = np.round(1 - kept + sp.d, 12)": _ORDER,
-    f"{LAT}: if self.flat[s] == 0: => if self.flat[s] <= 0:": _ORDER,
+    f"{LATS}: self.kept = np.round(1 - kept / sp.d, 12) => self.kept = np.round(1 - kept + sp.d, 12)": _ORDER,
+    f"{LATS}: if self.flat[s] == 0: => if self.flat[s] <= 0:": _ORDER,
     "anonflow/builtins.py: if original is not None and anonymized.num_rows < original.num_rows and ROW in "
     "anonymized.columns: => if original is not None and anonymized.num_rows <= original.num_rows and ROW in "
     "anonymized.columns:":
@@ -249,21 +254,21 @@ EQUIVALENT: dict[str, str] = {
     "anonflow/runner.py: need = min(round(need + 0.01, 2), 1.0) => need = min(round(need // 0.01, 2), 1.0)":
         "the loop runs only if floor(ceil(100 s / n) / 100 * n) < s, i.e. when the fractional part of 100 s / n "
         "(a multiple of 1 / n) is at most 1e-9: never below a billion records",
-    f"{STD}/publishing/verify.py: f.add(False, f\"file {{name}}\", f\"cannot be read: {{_error_text(exc)}}\") "
-    f"=> f.add(True, f\"file {{name}}\", f\"cannot be read: {{_error_text(exc)}}\")":
+    f"{STD}/publishing/audit.py: f.add(False, f\"file {{name}}\", f\"cannot be read: {{error_text(exc)}}\") "
+    f"=> f.add(True, f\"file {{name}}\", f\"cannot be read: {{error_text(exc)}}\")":
         "the column check reads only files whose sha256 and rows were already read back (intact); a file Parquet "
         "cannot read has failed there first, so this finding's verdict never decides the outcome",
     f"{CT}: columns = data.column_names if by == \"class\" else [c for c in data.column_names if c != CLASS] "
     f"=> columns = data.column_names if by == \"class\" else [c for c in data.column_names if c <= CLASS]":
         "by values, the data comes from grouped_part, which has already dropped _class: the filter removes nothing "
         "that matters (no column left names the class)",
-    f"{LAT}: prec += (np.arange(lv.height + 1) / max(lv.height, 1))[grid[i]] "
+    f"{LATS}: prec += (np.arange(lv.height + 1) / max(lv.height, 1))[grid[i]] "
     f"=> prec += (np.arange(lv.height + 1) * max(lv.height, 1))[grid[i]]": _ORDER,
-    f"{LAT}: if self.flat[node] != 0: => if self.flat[node] > 0:": _ORDER,
+    f"{LATS}: if self.flat[node] != 0: => if self.flat[node] > 0:": _ORDER,
     f"{AK}: return (sizes >= (params.get(\"k\") or 1)) & (real > 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1) "
     f"=> return (sizes >= (params.get(\"k\") or 1)) * (real > 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1)":
         "* binds before &, and the product of two boolean arrays is the boolean array of their and",
-    f"{STD}/common.py: if j < 0: => if j < -1:":
+    f"{STD}/common/columns.py: if j < 0: => if j < -1:":
         "without a marker j is -1; the marker branch then removes no (class, value) pair (no code % m is -1) and "
         "counts the same distinct values",
     f"{AK}: return (sizes >= (params.get(\"k\") or 1)) & (real > 0) & np.all(counts <= alpha * real[:, None] + EPS, axis=1) "

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable, suppression_limit
-from anonflow.kernels.distance import record_distances
-from anonflow.kernels.encode import Encoded, encode
+from anonflow_std.common.distance import record_distances
+from anonflow_std.common.encode import Encoded, encode
 
 from .. import __version__
-from ..common import EPS, grading_of, join_nearest, missing_marker, missing_sensitive, sensitive_column
+from ..common.columns import EPS, grading_of, join_nearest, missing_marker, missing_sensitive, sensitive_column
 
 CHOICES = ("nearest", "random", "first")
 

@@ -2,7 +2,7 @@
 
 Algorithm ``l-clustering``: greedy agglomerative clustering on hierarchy-free generalized
 values (intervals for ordered QIs, sets for unordered ones) with the loss-based distances DS
-of :mod:`anonflow.kernels.generalized`. Its loss metrics, ``generalization-loss`` and
+of :mod:`anonflow_std.common.generalized`. Its loss metrics, ``generalization-loss`` and
 ``relative-loss``, are in :mod:`anonflow_std.utility.generalized_loss`; they read the
 records through the QI space defined here (:func:`qi_space`).
 
@@ -44,34 +44,25 @@ Choices where SPEC leaves room are listed in ``docs/algorithms.md`` (section
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import CLASS, Algorithm, Attribute, InputError, Param, StepContext, TypedTable
-from anonflow.generalization import OPTION as GENERALIZED, interval_labels, mark_generalized, set_labels
-from anonflow.kernels.encode import Continuous, Ordinal, encode
-from anonflow.kernels.generalized import (
-    Domain,
-    DSWorkspace,
-    Generalized,
-    attribute_loss,
-    ds_classes,
-    ds_record_class,
-    join,
-    to_arrow,
-)
+from anonflow.api import GENERALIZATION_OPTION as GENERALIZED
+from anonflow.api import (CLASS, Algorithm, Attribute, InputError, Param, StepContext, TypedTable, interval_labels,
+                          mark_generalized, set_labels)
+from anonflow_std.common.ds_distance import DSWorkspace, ds_classes, ds_record_class
+from anonflow_std.common.encode import encode
+from anonflow_std.common.generalized import Domain, Generalized, attribute_loss, join, to_arrow
+from anonflow_std.common.qi_space import ORDERED, QISpace, check_quasi, qi_resolutions, qi_space, qi_weights
 
 from .. import __version__
-from ..common import join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
+from ..common.columns import join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
 
-__all__ = ["LClustering", "l_clustering", "QISpace", "qi_space", "infer_resolution"]
+__all__ = ["LClustering", "l_clustering"]
 
-ORDERED = ("continuous", "ordinal")
-UNORDERED = ("nominal", "semantic")
 #: suffixes of the structured columns published next to each readable QI column.
 LO, HI, SET = "_lo", "_hi", "_set"
 #: key of a published QI's ``Attribute.options`` that describes its structured columns
@@ -86,126 +77,6 @@ COMPACT_MIN = 256
 
 
 # -- the QI space: records as generalized values ----------------------------------------------
-
-
-def infer_resolution(values: np.ndarray) -> float:
-    """The "+1" unit of an ordered real-valued attribute (SPEC section 5).
-
-    1 when every value is an integer; else ``10^-k`` for the smallest ``k <= 9`` that makes
-    every value an integer multiple of it (a value written with k decimals); else the
-    smallest gap between two distinct values (1 for a constant column).
-    """
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0 or np.all(v == np.round(v)):
-        return 1.0
-    for k in range(1, 10):
-        scaled = v * 10.0 ** k
-        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-11 * np.maximum(1.0, np.abs(scaled))):
-            return 10.0 ** -k
-    u = np.unique(v)
-    return float(np.diff(u).min()) if u.size > 1 else 1.0
-
-
-@dataclass
-class QISpace:
-    """The quasi-identifiers of a table as L-clustering sees them.
-
-    ``values`` ``(n, d_ord)`` (continuous values; ordinal ranks 0..m-1 in the declared
-    order), ``codes`` ``(n, d_unord)`` (nominal and semantic codes), the :class:`Domain`
-    (ordered attributes first), per unordered attribute its category strings by code, and
-    per ordinal attribute its categories by rank.
-    """
-
-    names: list[str]
-    domain: Domain
-    values: np.ndarray
-    codes: np.ndarray
-    categories: list[list[str]]
-    ordinal_labels: dict[str, list[str]] = field(default_factory=dict)
-    types: dict[str, str] = field(default_factory=dict)
-
-    def records(self) -> Generalized:
-        return Generalized.from_records(self.values, self.codes, self.domain)
-
-
-def _weights(names: list[str], weights: Mapping[str, Any] | None, what: str) -> dict[str, float]:
-    out = {n: 1.0 for n in names}
-    for key, w in (weights or {}).items():
-        if key not in out:
-            raise InputError(f"parameter '{what}': {key!r} is not a quasi-identifier (they are: "
-                             f"{', '.join(names)})")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w) or w < 0:
-            raise InputError(f"parameter '{what}': the weight of {key!r} must be a number >= 0, got {w!r}")
-        out[key] = float(w)
-    return out
-
-
-def _resolutions(table: TypedTable, names: list[str], given: Mapping[str, Any] | None) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key, r in (given or {}).items():
-        if key not in names or table.typing.get(key).type != "continuous":
-            cont = [n for n in names if table.typing.get(n).type == "continuous"] or ["none"]
-            raise InputError(f"parameter 'resolution': {key!r} is not a continuous quasi-identifier (they are: "
-                             f"{', '.join(cont)})")
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not np.isfinite(r) or r <= 0:
-            raise InputError(f"parameter 'resolution': the resolution of {key!r} must be a number > 0, got {r!r}")
-        out[key] = float(r)
-    return out
-
-
-def check_quasi(table: TypedTable, plugin: str) -> list[str]:
-    quasi = table.typing.quasi
-    if not quasi:
-        raise InputError(f"{plugin} needs at least one quasi-identifier; name them under 'quasi' in the typing step")
-    for name in quasi:
-        typ = table.typing.get(name).type
-        if typ not in ORDERED + UNORDERED:
-            raise InputError(f"quasi-identifier {name!r} has no type; declare it continuous, ordinal, nominal or "
-                             "semantic in the typing step")
-    return quasi
-
-
-def qi_space(table: TypedTable, weights: Mapping[str, Any] | None = None,
-             resolution: Mapping[str, Any] | None = None, plugin: str = "l-clustering") -> QISpace:
-    """Encode ``table``'s quasi-identifiers (SPEC section 1 types) as ordered/unordered
-    attributes with their domain (SPEC section 5): continuous ``[min, max]`` of the data with
-    the resolution unit of :func:`infer_resolution` unless ``resolution`` names one; ordinal
-    ranks ``[0, m-1]`` over the declared order (unit 1); nominal and semantic sets over the
-    categories present."""
-    quasi = check_quasi(table, plugin)
-    w = _weights(quasi, weights, "weights")
-    res_given = _resolutions(table, quasi, resolution)
-    enc = encode(table, quasi)
-    ordered = [a for a in enc.attributes if table.typing.get(a.name).type in ORDERED]
-    unordered = [a for a in enc.attributes if table.typing.get(a.name).type in UNORDERED]
-    n = enc.n
-    values = np.empty((n, len(ordered)), dtype=np.float64)
-    res, dmin, dmax = [], [], []
-    labels: dict[str, list[str]] = {}
-    for i, a in enumerate(ordered):
-        if isinstance(a, Continuous):
-            values[:, i] = a.values
-            res.append(res_given.get(a.name) or infer_resolution(a.values))
-            dmin.append(a.lo)
-            dmax.append(a.hi)
-        else:
-            assert isinstance(a, Ordinal)
-            values[:, i] = a.codes
-            res.append(1.0)
-            dmin.append(0.0)
-            dmax.append(float(max(a.m - 1, 0)))
-            labels[a.name] = [str(c) for c in a.categories]
-    codes = np.empty((n, len(unordered)), dtype=np.int64)
-    cats = []
-    for j, a in enumerate(unordered):
-        codes[:, j] = a.codes
-        cats.append([str(c) for c in a.categories])
-    domain = Domain(res=np.array(res), dmin=np.array(dmin), dmax=np.array(dmax),
-                    card=np.array([len(c) for c in cats], dtype=np.int64),
-                    w_ord=np.array([w[a.name] for a in ordered]), w_unord=np.array([w[a.name] for a in unordered]),
-                    ordered_names=tuple(a.name for a in ordered), unordered_names=tuple(a.name for a in unordered))
-    return QISpace([a.name for a in ordered + unordered], domain, values, codes, cats, labels,
-                   {q: table.typing.get(q).type for q in quasi})
 
 
 def _subdomain(domain: Domain, keep_ord: np.ndarray, keep_un: np.ndarray) -> Domain:
@@ -667,10 +538,10 @@ class LClustering(Algorithm):
         s = sensitive_attribute(table, self.name)
         if s in quasi:  # a Typing cannot hold this; kept for tables built by hand
             raise InputError(f"column {s!r} cannot be both a quasi-identifier and the sensitive attribute")
-        w = _weights(quasi, params.get("weights"), "weights")
+        w = qi_weights(quasi, params.get("weights"), "weights")
         if not any(v > 0 for v in w.values()):
             raise InputError("parameter 'weights': at least one quasi-identifier needs a positive weight")
-        _resolutions(table, quasi, params.get("resolution"))
+        qi_resolutions(table, quasi, params.get("resolution"))
         col = table.data.column(s)
         if col.null_count:
             raise InputError(f"{self.name}: sensitive column {s!r} has {col.null_count} missing value(s); the "

@@ -10,8 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from anonflow.api import Hierarchy, HierarchyBuilder, InputError, Param, StepContext
-from anonflow.hierarchy import value_keys
+from anonflow.api import Hierarchy, HierarchyBuilder, InputError, Param, StepContext, value_keys
 
 from .. import __version__
 

@@ -3,7 +3,7 @@ record's *compatible count* reaches ``k``, suppressed cells counting as wildcard
 ``localSuppression`` / ``kAnon``).
 
 **The model.** A suppressed cell is published as null and matches any value when classes are
-counted (``anonflow_std.privacy.wildcard``; sdcMicro's ``freqCalc`` with ``alpha = 1``): a
+counted (``anonflow_std.common.wildcard``; sdcMicro's ``freqCalc`` with ``alpha = 1``): a
 record's compatible count is the number of records that agree with it on every quasi-identifier
 where both are non-null, itself included. The step reaches ``k`` when the smallest compatible
 count is at least ``k``. Finding the fewest cells to blank is NP-hard (Meyerson and Williams,
@@ -63,7 +63,7 @@ import pyarrow as pa
 from anonflow.api import CLASS, Algorithm, InputError, Param, RunError, StepContext, TypedTable, sql_ident
 
 from .. import __version__
-from ..privacy.wildcard import compatible_counts_codes, compatible_min_codes, encode_codes
+from ..common.wildcard import compatible_counts_codes, compatible_min_codes, encode_codes
 
 #: rounds in which a violator may wait for a violator visited before it (step 4 above)
 WAIT_ROUNDS = 8

@@ -1,2 +1,3 @@
-"""Microaggregation: the MDAV family (``mdav``, ``v-mdav``, ``grav``, ``v-grav``, ``refine``; kernels,
-grey similarity, local search) and ``maasae``."""
+"""Microaggregation: the MDAV family (``mdav``, ``v-mdav``, ``grav``, ``v-grav``, ``refine``; the
+loops, the similarity they are written against, its Euclidean and grey implementations, local
+search) and ``maasae``."""

@@ -2,7 +2,7 @@
 
 p-sensitive k-anonymity by greedy microaggregation on mixed-type quasi-identifiers
 (continuous, ordinal, nominal, semantic; SPEC section 1 distances and centroids, encoded by
-:mod:`anonflow.kernels`). A class G grows one record (or one formed class) at a time; each
+:mod:`anonflow_std.common`). A class G grows one record (or one formed class) at a time; each
 step takes the addition with the largest anonymity protection factor APF = EA / ILA (gain of
 the sensitive attribute's entropy over gain of information loss), or the smallest ILA
 (``objective: min-il``, the seed's MAA-MINIL). Leftover records join the class of largest
@@ -53,19 +53,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from anonflow.api import CLASS, Algorithm, InputError, Param, StepContext, TypedTable
-from anonflow.kernels.distance import centroids
-from anonflow.kernels.encode import Continuous, Encoded, Nominal, Ordinal, Semantic, encode
+from anonflow_std.common.distance import centroids
+from anonflow_std.common.encode import Encoded, encode
 
 from .. import __version__
-from ..common import entropy, join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
+from ..common.columns import entropy, join_nearest, missing_sensitive, sensitive_attribute, sensitive_codes
+from .maasae_model import Classes, Group, Model, SemQI, abs_dev
 
 __all__ = ["Maasae", "maasae_partition", "record_scores", "entropy", "apf", "OBJECTIVES"]
 
 #: ILA at or below zero counts as this (SPEC section 4).
 EPS = 1e-12
 OBJECTIVES = ("apf", "apf-safe", "min-il")
-#: largest joint table (product of the cardinalities of attributes scored together).
-JOINT_LIMIT = 1 << 13
 #: largest (distinct sensitive values) x (classes) count matrix.
 MAX_COUNTS = 1 << 26
 
@@ -111,379 +110,6 @@ def _first_best(score: np.ndarray) -> int:
     return int(np.argmax(score >= _floor(top)))
 
 
-# -- the encoded quasi-identifiers, prepared for the greedy steps ---------------------------
-
-
-class _Cont:
-    """Continuous attribute: IL = sum |x' - mean| on min-max scaled values; OPT = sum |x' - median|."""
-
-    def __init__(self, attr: Continuous) -> None:
-        self.x = attr.scaled
-        self.values, inverse = np.unique(self.x, return_inverse=True)
-        self.code = inverse.astype(np.int64).ravel()
-        self.size = int(self.values.shape[0])
-
-    def stats(self, members: np.ndarray) -> tuple[float, float, float, float, float]:
-        """sum, mean, IL, a subgradient of mu -> sum |x - mu| at the mean, OPT."""
-        g = self.x[members]
-        s = float(g.sum())
-        mean = s / g.shape[0]
-        slope = float(np.count_nonzero(g < mean) - np.count_nonzero(g > mean))
-        return s, mean, float(np.abs(g - mean).sum()), slope, float(np.abs(g - np.median(g)).sum())
-
-
-def _abs_dev(g: np.ndarray, cs: np.ndarray, mu: np.ndarray) -> np.ndarray:
-    """sum_i |g_i - mu| for every mu, given sorted g and its prefix sums cs (cs[0] = 0)."""
-    pos = np.searchsorted(g, mu)
-    return mu * (2 * pos - g.shape[0]) + cs[-1] - 2.0 * cs[pos]
-
-
-class _Ord:
-    """Ordinal attribute: IL = sum |pos - pos(convex median)| (which is also OPT)."""
-
-    def __init__(self, attr: Ordinal) -> None:
-        self.code = attr.codes.astype(np.int64)
-        self.pos = attr.pos
-        self.size = int(attr.pos.shape[0])
-        self._ar = np.arange(self.size)
-
-    def il_counts(self, cnt: np.ndarray) -> np.ndarray:
-        """IL of classes given as count columns ``cnt`` (size x classes)."""
-        tot = cnt.sum(axis=0)
-        med = np.argmax(2 * np.cumsum(cnt, axis=0) >= tot[None, :], axis=0)
-        return (cnt * np.abs(self.pos[:, None] - self.pos[med][None, :])).sum(axis=0)
-
-    def table(self, cnt: np.ndarray, m: int) -> np.ndarray:
-        """IL(G + {c}) for every category c."""
-        cum = np.cumsum(cnt)[None, :] + (self._ar[None, :] >= self._ar[:, None])
-        med = np.argmax(2 * cum >= m + 1, axis=1)
-        d = np.abs(self.pos[None, :] - self.pos[med][:, None])
-        return d @ cnt + d[self._ar, self._ar]
-
-
-class _Sem:
-    """Semantic attribute: IL = total CHT distance to the medoid, a member value (also OPT:
-    no code of the tree has a smaller total, since a code off every member's path shares
-    less with all of them than the member it branched from)."""
-
-    def __init__(self, attr: Semantic) -> None:
-        assert attr.cht is not None
-        self.cht = attr.cht
-        self.code = attr.codes.astype(np.int64)
-        m, length = attr.cht.m, attr.cht.length
-        self.size = m
-        dist = attr.cht.distance_by_lcp
-        self.d0 = float(dist[0])
-        self.delta = np.diff(dist)  # dist[p] - dist[p-1], p = 1..L (<= 0)
-        self.dist = dist
-        # lo[p, c] .. hi[p, c]: the run of sorted codes that share their first p symbols with
-        # code c; lo[p] also names the level-p prefix, so lcp(a, b) = #{p >= 1: lo[p,a] == lo[p,b]}
-        adj = np.full(m, -1, dtype=np.int64)
-        if m > 1:
-            adj[1:] = attr.cht.lcp(np.arange(m - 1), np.arange(1, m))
-        lo = np.empty((length + 1, m), dtype=np.int64)
-        hi = np.empty((length + 1, m), dtype=np.int64)
-        for p in range(length + 1):
-            start = adj < p
-            starts = np.flatnonzero(start)
-            run = np.cumsum(start) - 1
-            lo[p] = starts[run]
-            hi[p] = np.append(starts[1:], m)[run]
-        self.lo, self.hi = lo[1:], hi[1:]
-        self._ar = np.arange(64)
-
-    def _row_offsets(self, nu: int, nseg: int) -> np.ndarray:
-        return self._ar[:nu] * (nseg + 1) if nu <= self._ar.shape[0] else np.arange(nu) * (nseg + 1)
-
-    def totals(self, group_sorted: np.ndarray, query: np.ndarray) -> np.ndarray:
-        """Total CHT distance of each ``query`` code to a group (its codes sorted, repeats
-        kept): d0 * |group| + sum_p (dist[p] - dist[p-1]) * #(members sharing p symbols),
-        the counts read off the sorted codes by ``searchsorted``."""
-        n_p = np.searchsorted(group_sorted, self.hi[:, query]) - np.searchsorted(group_sorted, self.lo[:, query])
-        return self.d0 * group_sorted.shape[0] + self.delta @ n_p
-
-    def group(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """For a small group's codes: its distinct codes u, their counts, D_G(u) (total
-        distance of u to the group) and IL(G + {v}) for every code v.
-
-        The medoid of G + {v} is v (total D_G(v)) or a member u (total D_G(u) + d(u, v)).
-        Both are constant on the runs of sorted codes cut by the prefixes of G's codes, so
-        they are computed per run: run j lies inside u's level-p prefix exactly when its
-        position is between those of lo[p, u] and hi[p, u], so lcp(u, run j) counts those
-        levels (a difference array and a cumulative sum)."""
-        cs_ = np.sort(codes)
-        first = np.empty(cs_.shape[0], dtype=bool)
-        first[0] = True
-        np.not_equal(cs_[1:], cs_[:-1], out=first[1:])
-        at = np.flatnonzero(first)
-        u = cs_[at]
-        nu = u.shape[0]
-        cu = np.empty(nu)
-        cu[:-1] = at[1:] - at[:-1]
-        cu[-1] = cs_.shape[0] - at[-1]
-        length = self.lo.shape[0]
-        half = length * nu
-        keys = np.empty(2 * half + 2, dtype=np.int64)
-        keys[:half] = self.lo[:, u].ravel()
-        keys[half: 2 * half] = self.hi[:, u].ravel()
-        keys[2 * half:] = (0, self.size)
-        order = keys.argsort(kind="stable")
-        sk = keys[order]
-        new = np.empty(sk.shape[0], dtype=bool)
-        new[0] = True
-        np.not_equal(sk[1:], sk[:-1], out=new[1:])
-        bounds = sk[new]
-        nseg = bounds.shape[0] - 1
-        inv = np.empty(sk.shape[0], dtype=np.int64)
-        inv[order] = np.cumsum(new) - 1
-        inv = inv[: 2 * half].reshape(2, length, nu) + self._row_offsets(nu, nseg)
-        marks = (np.bincount(inv[0].ravel(), minlength=nu * (nseg + 1))
-                 - np.bincount(inv[1].ravel(), minlength=nu * (nseg + 1)))
-        lcp = np.cumsum(marks.reshape(nu, nseg + 1), axis=1)[:, :nseg]
-        d = self.dist[lcp]  # (|u|, runs)
-        as_itself = cu @ d
-        d_g = as_itself[inv[0, length - 1] - self._row_offsets(nu, nseg)]  # u's own run at level L is u itself
-        via_member = (d_g[:, None] + d).min(axis=0)
-        return u, cu, d_g, np.repeat(np.minimum(as_itself, via_member), bounds[1:] - bounds[:-1])
-
-
-class _Model:
-    """The quasi-identifiers of all records, prepared once: nominal attributes as one block
-    of offset codes (so one ``bincount`` counts them all), the others one helper each."""
-
-    def __init__(self, enc: Encoded) -> None:
-        self.n = enc.n
-        self.cont: list[tuple[int, _Cont]] = []
-        self.ord: list[tuple[int, _Ord]] = []
-        self.sem: list[tuple[int, _Sem]] = []
-        nom: list[tuple[int, Nominal]] = []
-        self.sizes: list[int] = []
-        self.codes: list[np.ndarray] = []
-        for i, a in enumerate(enc.attributes):
-            if isinstance(a, Continuous):
-                h: Any = _Cont(a)
-                self.cont.append((i, h))
-            elif isinstance(a, Ordinal):
-                h = _Ord(a)
-                self.ord.append((i, h))
-            elif isinstance(a, Nominal):
-                h = None
-                nom.append((i, a))
-            else:
-                h = _Sem(a)
-                self.sem.append((i, h))
-            self.sizes.append(h.size if h is not None else a.m)
-            self.codes.append(h.code if h is not None else a.codes.astype(np.int64))
-        self.nom = [i for i, _ in nom]
-        widths = [a.m for _, a in nom]
-        self.nom_off = np.concatenate(([0], np.cumsum(widths))).astype(np.int64)
-        self.W = int(self.nom_off[-1])
-        self.nom_of = np.repeat(np.arange(len(nom)), widths)
-        self.nom_codes = (np.stack([self.codes[i] for i in self.nom], axis=1) + self.nom_off[:-1][None, :]
-                          if nom else np.zeros((self.n, 0), dtype=np.int64))
-        self.groups = _joint_groups(self.sizes)
-        self.joint = []
-        for grp in self.groups:
-            code = np.zeros(self.n, dtype=np.int64)
-            for i in grp:
-                code = code * self.sizes[i] + self.codes[i]
-            self.joint.append(code)
-
-
-def _joint_groups(sizes: list[int], limit: int = JOINT_LIMIT) -> list[list[int]]:
-    """Attributes scored together: ascending cardinality, product of cardinalities <= ``limit``."""
-    groups: list[list[int]] = []
-    current: list[int] = []
-    prod = 1
-    for i in sorted(range(len(sizes)), key=lambda i: (sizes[i], i)):
-        if current and prod * sizes[i] > limit:
-            groups.append(current)
-            current, prod = [], 1
-        current.append(i)
-        prod *= sizes[i]
-    if current:
-        groups.append(current)
-    return groups
-
-
-class _Group:
-    """The class G under construction (at most k - 1 records while it is scored)."""
-
-    def __init__(self, M: _Model, g: np.ndarray) -> None:
-        m = g.shape[0]
-        self.g, self.m = g, m
-        il = opt = 0.0
-        tabs: list[Any] = [None] * len(M.sizes)
-        # nominal block: counts, sum of squared counts, IL = sum_a m/2 (1 - sum_c f_c^2)
-        self.nom_cnt = np.bincount(M.nom_codes[g].ravel(), minlength=M.W).astype(np.float64)
-        self.nom_q2 = float(self.nom_cnt @ self.nom_cnt)
-        il_nom = self.nom_il = 0.5 * m * len(M.nom) - 0.5 * self.nom_q2 / m
-        il += il_nom
-        opt += il_nom
-        if M.nom:
-            q2a = np.add.reduceat(self.nom_cnt * self.nom_cnt, M.nom_off[:-1])
-            t = 0.5 * (m + 1) - 0.5 * (q2a[M.nom_of] + 2.0 * self.nom_cnt + 1.0) / (m + 1)
-            for a, i in enumerate(M.nom):
-                tabs[i] = t[M.nom_off[a]: M.nom_off[a + 1]]
-        self.cont = []
-        for i, h in M.cont:
-            gs = np.sort(h.x[g])
-            cs = np.empty(m + 1)
-            cs[0] = 0.0
-            np.cumsum(gs, out=cs[1:])
-            vals = gs.tolist()
-            mean, med = cs[-1] / m, vals[(m - 1) // 2]
-            il += sum(abs(v - mean) for v in vals)
-            opt += sum(abs(v - med) for v in vals)
-            self.cont.append((gs, cs))
-            mu = (cs[-1] + h.values) / (m + 1)
-            t = _abs_dev(gs, cs, mu)
-            t += np.abs(h.values - mu)
-            tabs[i] = t
-        self.ord = []
-        self.ord_opt = 0.0
-        for i, h in M.ord:
-            cnt = np.bincount(h.code[g], minlength=h.size).astype(np.float64)
-            v = float(h.il_counts(cnt[:, None])[0])
-            il += v
-            opt += v
-            self.ord_opt += v
-            self.ord.append(cnt)
-            tabs[i] = h.table(cnt, m)
-        self.sem = []
-        self.sem_opt = 0.0
-        for i, h in M.sem:
-            u, cu, d_g, tab = h.group(h.code[g])
-            v = float(d_g.min())
-            il += v
-            opt += v
-            self.sem_opt += v
-            self.sem.append((u, cu, d_g))
-            tabs[i] = tab
-        self.il, self.opt = il, opt
-        self.tabs = tabs
-
-
-# -- the formed classes --------------------------------------------------------------------
-
-
-class _Classes:
-    """The formed classes Q in order of formation (slots 0..count-1; a merged class is
-    removed and later slots shift down), with the statistics the bounds and step 3 use."""
-
-    def __init__(self, M: _Model, n_s: int, capacity: int) -> None:
-        self.M = M
-        self.n_s = n_s
-        self.members: list[np.ndarray] = []
-        self.memtot: list[list[np.ndarray]] = [[] for _ in M.sem]  # per member: total distance to its class
-        self.count = 0
-        self.cap = 0
-        self._fields: list[str] = []
-        self._summary: tuple[float, int] | None = None
-        self._alloc(capacity)
-
-    def summary(self) -> tuple[float, int]:
-        """(least OPT, largest size) over the classes, for the global merge bound."""
-        if self._summary is None:
-            nq = self.count
-            self._summary = (float(self.optall[:nq].min()), int(self.size[:nq].max())) if nq else (np.inf, 0)
-        return self._summary
-
-    def _alloc(self, cap: int) -> None:
-        M = self.M
-        spec = {"size": ((), np.int64), "h": ((), np.float64),
-                "q2": ((), np.float64), "optnn": ((), np.float64), "optall": ((), np.float64), "oopt": ((), np.float64), "sopt": ((), np.float64),
-                "scount": ((self.n_s,), np.int64), "nomcnt": ((M.W,), np.float64),
-                "csum": ((len(M.cont),), np.float64), "cmean": ((len(M.cont),), np.float64),
-                "cil": ((len(M.cont),), np.float64), "cslope": ((len(M.cont),), np.float64),
-                "copt": ((len(M.cont),), np.float64)}
-        for a, (_, h) in enumerate(M.ord):
-            spec[f"ordcnt{a}"] = ((h.size,), np.float64)
-        for a, (_, h) in enumerate(M.sem):
-            levels = h.lo.shape[0] + 1
-            spec[f"smed{a}"] = ((), np.int64)  # the medoid's code
-            spec[f"sil{a}"] = ((), np.float64)  # IL of the class on this attribute
-            spec[f"sgt{a}"] = ((levels,), np.float64)  # #members sharing more than q symbols with it
-            spec[f"slt{a}"] = ((levels,), np.float64)  # sum of dist[lcp] over members sharing fewer
-            spec[f"smin{a}"] = ((levels,), np.float64)  # least member total among those sharing exactly q
-        for name, (lead, dtype) in spec.items():
-            new = np.zeros(lead + (cap,), dtype=dtype)
-            old = getattr(self, name, None)
-            if old is not None:
-                new[..., : self.count] = old[..., : self.count]
-            setattr(self, name, new)
-        self._fields = list(spec)
-        self.cap = cap
-
-    def set(self, j: int, members: np.ndarray, s_codes: np.ndarray, xlogx: np.ndarray) -> None:
-        M = self.M
-        n = members.shape[0]
-        cnt = np.bincount(s_codes[members], minlength=self.n_s)
-        self.size[j] = n
-        self.scount[:, j] = cnt
-        self.h[j] = float(xlogx[cnt].sum())
-        nom = np.bincount(M.nom_codes[members].ravel(), minlength=M.W).astype(np.float64)
-        self.nomcnt[:, j] = nom
-        self.q2[j] = float(nom @ nom)
-        nom_il = 0.5 * n * len(M.nom) - 0.5 * self.q2[j] / n
-        opt = 0.0
-        for a, (_, h) in enumerate(M.cont):
-            s, mean, il, slope, o = h.stats(members)
-            self.csum[a, j], self.cmean[a, j], self.cil[a, j], self.cslope[a, j], self.copt[a, j] = s, mean, il, slope, o
-            opt += o
-        oo = 0.0
-        for a, (_, h) in enumerate(M.ord):
-            c = np.bincount(h.code[members], minlength=h.size).astype(np.float64)
-            getattr(self, f"ordcnt{a}")[:, j] = c
-            oo += float(h.il_counts(c[:, None])[0])
-        ss = 0.0
-        for a, (_, h) in enumerate(M.sem):
-            codes = h.code[members]
-            tot = h.totals(np.sort(codes), codes)
-            self.memtot[a][j] = tot
-            best = tot.min()
-            med = int(codes[tot == best].min())
-            ss += float(best)
-            q = (h.lo[:, codes] == h.lo[:, med][:, None]).sum(axis=0)
-            levels = h.lo.shape[0] + 1
-            qc = np.bincount(q, minlength=levels).astype(np.float64)
-            getattr(self, f"smed{a}")[j] = med
-            getattr(self, f"sil{a}")[j] = best
-            getattr(self, f"sgt{a}")[:, j] = qc[::-1].cumsum()[::-1] - qc
-            getattr(self, f"slt{a}")[:, j] = np.concatenate(([0.0], np.cumsum(qc * h.dist)[:-1]))
-            qmin = np.full(levels, np.inf)
-            np.minimum.at(qmin, q, tot)
-            getattr(self, f"smin{a}")[:, j] = qmin
-        self.oopt[j], self.sopt[j] = oo, ss
-        self.optnn[j] = opt + oo + ss  # OPT of the non-nominal attributes
-        self.optall[j] = nom_il + opt + oo + ss
-        self.members[j] = members
-        self._summary = None
-
-    def add(self, members: np.ndarray, s_codes: np.ndarray, xlogx: np.ndarray) -> int:
-        if self.count == self.cap:
-            self._alloc(2 * self.cap)
-        j = self.count
-        self.count += 1
-        self.members.append(members)
-        for lst in self.memtot:
-            lst.append(members)
-        self.set(j, members, s_codes, xlogx)
-        return j
-
-    def remove(self, j: int) -> np.ndarray:
-        """Take class ``j`` out of Q (it is merged into G); return its members."""
-        members = self.members.pop(j)
-        for lst in self.memtot:
-            lst.pop(j)
-        for name in self._fields:
-            a = getattr(self, name)
-            a[..., j: self.count - 1] = a[..., j + 1: self.count]
-        self.count -= 1
-        self._summary = None
-        return members
-
-
 # -- the algorithm -----------------------------------------------------------------------
 
 
@@ -499,7 +125,7 @@ def maasae_partition(enc: Encoded, s_codes: np.ndarray, k: int, p: int, objectiv
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}")
-    M = _Model(enc)
+    M = Model(enc)
     n = M.n
     s_codes = np.asarray(s_codes, dtype=np.int64)
     n_s = int(s_codes.max()) + 1 if n else 0
@@ -511,7 +137,7 @@ def maasae_partition(enc: Encoded, s_codes: np.ndarray, k: int, p: int, objectiv
     st = stats if stats is not None else {}
     for key in ("steps", "merges", "merge_checks", "merge_evaluations", "leftover"):
         st.setdefault(key, 0)
-    Q = _Classes(M, n_s, max(16, n // k + 1))
+    Q = Classes(M, n_s, max(16, n // k + 1))
     s_small = s_codes.astype(np.int16 if n_s < (1 << 15) else np.int64)
     in_t = np.ones(n, dtype=bool)
     t_count = np.bincount(s_codes, minlength=n_s)
@@ -537,7 +163,7 @@ def maasae_partition(enc: Encoded, s_codes: np.ndarray, k: int, p: int, objectiv
         X: _Cross | None = None
         while len(members) < k:
             st["steps"] += 1
-            G = _Group(M, np.asarray(members, dtype=np.int64))
+            G = Group(M, np.asarray(members, dtype=np.int64))
             m = G.m
             g_cnt = np.bincount(s_codes[G.g], minlength=n_s)
             h_g = float(xlogx[g_cnt].sum())
@@ -594,7 +220,7 @@ def _ub(objective: str, ea: np.ndarray, lb: np.ndarray) -> np.ndarray:
         return np.where(ea > 0, ea / lim, 0.0 if objective == "apf" else ea * lim)
 
 
-def _candidate_ila(M: _Model, G: _Group, joint: list[np.ndarray]) -> np.ndarray:
+def _candidate_ila(M: Model, G: Group, joint: list[np.ndarray]) -> np.ndarray:
     """ILA(G, G + {t}) = IL(G + {t}) - IL(G) for the records with joint codes ``joint``: the
     per-attribute tables summed into joint tables, then one gather per joint table."""
     ila = None
@@ -615,9 +241,9 @@ def record_scores(enc: Encoded, s_codes: np.ndarray, members: np.ndarray,
     """ILA(G, G + {t}), EA(G, G + {t}) and the objective's score for every record t of
     ``enc``, where G is the group of records ``members``, computed exactly as a greedy step
     computes them (for records of G itself the numbers are those of a copy of it)."""
-    M = _Model(enc)
+    M = Model(enc)
     s_codes = np.asarray(s_codes, dtype=np.int64)
-    G = _Group(M, np.asarray(members, dtype=np.int64))
+    G = Group(M, np.asarray(members, dtype=np.int64))
     ila = _candidate_ila(M, G, M.joint)
     cnt = np.bincount(s_codes[G.g], minlength=int(s_codes.max()) + 1).astype(np.float64)
     ent_g = entropy(cnt)
@@ -703,7 +329,7 @@ class _Cross:
     attributes of sum_c n_G(c) n_k(c) (the exact nominal IL of the union). Built on the
     first step that needs it."""
 
-    def __init__(self, Q: "_Classes", g: np.ndarray, s_codes: np.ndarray, xlogx: np.ndarray) -> None:
+    def __init__(self, Q: "Classes", g: np.ndarray, s_codes: np.ndarray, xlogx: np.ndarray) -> None:
         nq = Q.count
         g_cnt = np.bincount(s_codes[g], minlength=Q.n_s)
         supp = np.flatnonzero(g_cnt)
@@ -711,7 +337,7 @@ class _Cross:
         self.dh = (xlogx[rows + g_cnt[supp, None]] - xlogx[rows]).sum(axis=0)
         self.cross = Q.nomcnt[Q.M.nom_codes[g].ravel(), :nq].sum(axis=0) if Q.M.nom else np.zeros(nq)
 
-    def add(self, Q: "_Classes", r: int, s: int, before: int, xlogx: np.ndarray) -> None:
+    def add(self, Q: "Classes", r: int, s: int, before: int, xlogx: np.ndarray) -> None:
         nq = Q.count
         if nq == 0:
             return
@@ -721,7 +347,7 @@ class _Cross:
             self.cross += Q.nomcnt[Q.M.nom_codes[r], :nq].sum(axis=0)
 
 
-def _no_merge_can_win(Q: _Classes, objective: str, G: _Group, ent_g: float, best_score: float, n_s: int) -> bool:
+def _no_merge_can_win(Q: Classes, objective: str, G: Group, ent_g: float, best_score: float, n_s: int) -> bool:
     """A bound over all classes at once: ILA(G, G u G_k) >= min_k OPT(G_k) + OPT(G) - IL(G)
     and EA(G, G u G_k) <= log2(min(|G| + max_k |G_k|, |S|)) - Ent(G)."""
     threshold = _floor(best_score)
@@ -735,7 +361,7 @@ def _no_merge_can_win(Q: _Classes, objective: str, G: _Group, ent_g: float, best
     return bool(ea < threshold * max(lb, EPS))
 
 
-def _merge_candidate(Q: _Classes, objective: str, G: _Group, X: _Cross, ent_g: float, best_score: float,
+def _merge_candidate(Q: Classes, objective: str, G: Group, X: _Cross, ent_g: float, best_score: float,
                      log2: np.ndarray, st: dict[str, int]) -> int | None:
     """The formed class G' to merge into G instead of adding the best record (score
     ``best_score``; the merge wins ties), or None.
@@ -778,7 +404,7 @@ def _merge_candidate(Q: _Classes, objective: str, G: _Group, X: _Cross, ent_g: f
         cont_mu.append(mu)
         own = np.maximum(np.maximum(Q.cil[a, cand] + Q.cslope[a, cand] * (mu - Q.cmean[a, cand]), Q.copt[a, cand]),
                          np.abs(Q.csum[a, cand] - size * mu))
-        lb += own + _abs_dev(gs, cs, mu)
+        lb += own + abs_dev(gs, cs, mu)
     rest = Q.oopt[cand] + Q.sopt[cand] + (G.ord_opt + G.sem_opt)
     ub0 = _ub(objective, ea, lb + rest)
     keep = ub0 >= threshold
@@ -807,7 +433,7 @@ def _merge_candidate(Q: _Classes, objective: str, G: _Group, X: _Cross, ent_g: f
     return None if best is None else int(cand[best])
 
 
-def _sem_union_bound(Q: _Classes, a: int, h: _Sem, cand: np.ndarray, g_sem: tuple[np.ndarray, ...]) -> np.ndarray:
+def _sem_union_bound(Q: Classes, a: int, h: SemQI, cand: np.ndarray, g_sem: tuple[np.ndarray, ...]) -> np.ndarray:
     """Lower bound of the semantic IL of G u G_k for the classes ``cand``, from G's codes and
     each class's medoid m_k and per-level member summaries.
 
@@ -836,7 +462,7 @@ def _sem_union_bound(Q: _Classes, a: int, h: _Sem, cand: np.ndarray, g_sem: tupl
     return np.maximum(np.minimum(via_class, via_g), getattr(Q, f"sil{a}")[cand] + il_g)
 
 
-def _union_rest(Q: _Classes, slots: np.ndarray, G: _Group, cont_mu: list[np.ndarray]) -> np.ndarray:
+def _union_rest(Q: Classes, slots: np.ndarray, G: Group, cont_mu: list[np.ndarray]) -> np.ndarray:
     """Exact IL(G u G_k) over the continuous, ordinal and semantic attributes, for the
     classes ``slots`` (continuous means given)."""
     M = Q.M
@@ -849,7 +475,7 @@ def _union_rest(Q: _Classes, slots: np.ndarray, G: _Group, cont_mu: list[np.ndar
     for a, (_, h) in enumerate(M.cont):
         gs, cs = G.cont[a]
         mu = cont_mu[a]
-        il += np.add.reduceat(np.abs(h.x[idx] - mu[lab]), starts) + _abs_dev(gs, cs, mu)
+        il += np.add.reduceat(np.abs(h.x[idx] - mu[lab]), starts) + abs_dev(gs, cs, mu)
     for a, (_, h) in enumerate(M.ord):
         il += h.il_counts(getattr(Q, f"ordcnt{a}")[:, slots] + G.ord[a][:, None])
     for a, (_, h) in enumerate(M.sem):
@@ -912,7 +538,7 @@ def _lazy_best(ub0: np.ndarray, threshold: float, refine: Callable[[np.ndarray],
     return int(pos[sc >= _floor(top)].min())
 
 
-def _join_leftovers(Q: _Classes, order: np.ndarray, objective: str, s_codes: np.ndarray, xlogx: np.ndarray,
+def _join_leftovers(Q: Classes, order: np.ndarray, objective: str, s_codes: np.ndarray, xlogx: np.ndarray,
                     progress: Callable[[int], None] | None) -> None:
     """Step 3: each leftover record (in ``order``) joins the class with the largest
     APF({t}, {t} u G_k) = Ent(G_k + t) / IL(G_k + t) (or the smallest IL for min-il),

@@ -3,7 +3,7 @@
 ``mdav``, ``v-mdav``, ``grav`` and ``v-grav`` share one implementation: two loops
 (:func:`~anonflow_std.microaggregation.kernels.mdav_partition`, :func:`~anonflow_std.microaggregation.kernels.vmdav_partition`)
 and a pluggable similarity (:class:`~anonflow_std.microaggregation.kernels.Euclidean` or
-:class:`~anonflow_std.microaggregation.grey.Grey`).  ``refine`` improves any given partition by
+:class:`~anonflow_std.microaggregation.grey_similarity.Grey`).  ``refine`` improves any given partition by
 local search (:mod:`anonflow_std.microaggregation.refine`).
 """
 
@@ -17,7 +17,11 @@ import pyarrow as pa
 from anonflow.api import CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable, sql_ident
 
 from .. import __version__
-from ..common import continuous_quasi, standardization, zscores
+from ..common.columns import continuous_quasi, standardization, zscores
+from .grey_similarity import Grey
+from .kernels import mdav_partition, vmdav_partition
+from .leaf_index import Euclidean
+from .refine import refine_partition
 
 
 def publish_group_means(table: TypedTable, columns: list[str], X: np.ndarray, labels: np.ndarray,
@@ -203,8 +207,6 @@ class Mdav(_Microaggregation):
     )
 
     def partition(self, Z, params, report, ctx):
-        from .kernels import mdav_partition
-
         return mdav_partition(Z, params["k"], progress=report)
 
 
@@ -220,9 +222,6 @@ class Grav(_Microaggregation):
     )
 
     def partition(self, Z, params, report, ctx):
-        from .kernels import mdav_partition
-        from .grey import Grey
-
         return mdav_partition(Z, params["k"], progress=report, similarity=Grey(params["zeta"]))
 
 
@@ -233,8 +232,6 @@ class _Variable(_Microaggregation):
         raise NotImplementedError
 
     def partition(self, Z, params, report, ctx):
-        from .kernels import vmdav_partition
-
         sim = self.similarity(params)
         k = params["k"]
         labels = vmdav_partition(Z, k, params["gamma"], stop=params["stop"], similarity=sim, progress=report)
@@ -261,8 +258,6 @@ class VMdav(_Variable):
     )
 
     def similarity(self, params):
-        from .kernels import Euclidean
-
         return Euclidean()
 
 
@@ -280,8 +275,6 @@ class VGrav(_Variable):
     )
 
     def similarity(self, params):
-        from .grey import Grey
-
         return Grey(params["zeta"])
 
 
@@ -311,7 +304,6 @@ class Refine(Algorithm):
         continuous_quasi(table, self.name)
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
-        from .refine import refine_partition
 
         if len(ctx.inputs) != 2:
             raise InputError("refine takes two inputs: [original typed table, a partition with _class]")

@@ -13,13 +13,12 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
-from anonflow.grading import Grading
+from anonflow.api import Grading, InputError, Metric, Param, StepContext, TypedTable
 
 from .. import __version__
-from ..common import EPS, check_sensitive, grading_of, missing_marker, real_counts, sensitive_column
-from .counts import Sql, counted_part, flagged_counts_sql, grading_bounds, table_counts_sql
-from .wildcard import refuse_null_qis
+from ..common.columns import EPS, check_sensitive, grading_of, missing_marker, real_counts, sensitive_column
+from ..common.counts import Sql, counted_part, flagged_counts_sql, grading_bounds, table_counts_sql
+from ..common.wildcard import refuse_null_qis
 
 
 def alpha_report(sql: Sql, counts_sql: str, tables: Mapping[str, Any], *, k: int | None,

@@ -23,9 +23,9 @@ import pyarrow as pa
 from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from .. import __version__
-from ..common import real_distinct, sensitive_column
-from .counts import BY, SENSITIVE, claimed, class_counts_sql, grouped_part, grouping
-from .wildcard import refuse_null_qis
+from ..common.columns import real_distinct, sensitive_column
+from ..common.counts import BY, SENSITIVE, claimed, class_counts_sql, grouped_part, grouping
+from ..common.wildcard import refuse_null_qis
 
 
 def _missing_out(out: dict[str, float], metric: str, row: Mapping[str, Any], s: str, ctx: StepContext) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable, sql_ident
 
 from .. import __version__
-from .wildcard import COUNT, key_counts, null_records
+from ..common.wildcard import COUNT, key_counts, null_records
 
 
 class KAnonymity(Metric):

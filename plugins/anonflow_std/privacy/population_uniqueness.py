@@ -86,9 +86,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, StepContext, TypedTable, sql_ident
-from anonflow_std.privacy.wildcard import refuse_null_qis
-from anonflow_std.risk.reidentification import (MODEL_CODES, pitman, population_size_for, population_uniqueness,
-                                                snb, zayatz)
+from anonflow_std.common.wildcard import refuse_null_qis
+from anonflow_std.common.uniqueness import (MODEL_CODES, pitman, population_size_for, population_uniqueness, snb,
+                                            zayatz)
 
 __version__ = "0.1.0"
 

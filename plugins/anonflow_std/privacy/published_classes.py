@@ -11,10 +11,9 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, InputError, Param, Partition, StepContext, TypedTable
-from anonflow.hierarchy import value_keys
-from anonflow_std.common import EPS, real_counts
-from anonflow_std.privacy.counts import SENSITIVE
+from anonflow.api import CLASS, InputError, Param, Partition, StepContext, TypedTable, value_keys
+from anonflow_std.common.columns import EPS, real_counts
+from anonflow_std.common.counts import SENSITIVE
 
 __all__ = ["BY", "EPS", "SENSITIVE", "published_classes", "real_matrix"]
 

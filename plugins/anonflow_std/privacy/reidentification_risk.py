@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from anonflow.api import InputError, Metric, Param, Partition, StepContext, TypedTable
 from anonflow_std.privacy.published_classes import BY, EPS, published_classes
-from anonflow_std.privacy.wildcard import COUNT, key_counts, null_records
+from anonflow_std.common.wildcard import COUNT, key_counts, null_records
 
 __version__ = "0.1.0"
 

@@ -44,9 +44,9 @@ import numpy as np
 import pyarrow as pa
 
 from anonflow.api import InputError, Metric, Param, Partition, StepContext, TypedTable
-from anonflow_std.common import missing_marker, sensitive_column
+from anonflow_std.common.columns import missing_marker, sensitive_column
 from anonflow_std.privacy.published_classes import BY, EPS, SENSITIVE, published_classes, real_matrix
-from anonflow_std.privacy.wildcard import refuse_null_qis
+from anonflow_std.common.wildcard import refuse_null_qis
 
 __version__ = "0.1.0"
 

@@ -23,15 +23,18 @@ from __future__ import annotations
 import json
 import math
 import types
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from anonflow.api import RunInfo, StepContext, TypedTable
-from anonflow.builtins import metric_entries
-from anonflow.errors import InputError
-from anonflow.canonjson import canonical_json
-from anonflow.params import ParamError, validate_params
+from anonflow.api import (InputError, ParamError, RunInfo, StepContext, TypedTable, canonical_json, metric_entries,
+                          validate_params)
+
+from .. import __version__
+from .lossy_join import K_MEANING, k_figures
+from ..common.counts import pair_consistency_sql
+from .manifest import LOSSY_KEY, file_entry, load_release_table, plain, read_parquet, typing_of
 
 
 def planned_checks(info: RunInfo, released: dict[str, Any] | None, claims: Mapping[str, Any],
@@ -194,8 +197,6 @@ def claim_checks(claims: Any, planned: list[dict[str, Any]],
     ``(ok, what, detail)`` for claims that cannot be checked on the published files: a model
     with no installed check plugin, or invalid claimed parameters (not ok); a model whose
     check needs the original table (ok, said)."""
-    from .release import plain  # (release.py imports this module)
-
     checks: list[dict[str, Any]] = []
     notes: list[tuple[bool, str, str]] = []
     if not isinstance(claims, Mapping):
@@ -241,3 +242,33 @@ def claim_checks(claims: Any, planned: list[dict[str, Any]],
 def show_value(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else value
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def run_file_checks(release: Path, manifest: Mapping[str, Any], checks: list[dict[str, Any]], registry: Any,
+                    sql: Any) -> list[dict[str, Any]]:
+    """Run ``checks`` (as :func:`.checks.planned_checks` plans them) on the published files;
+    return them with ``result`` and ``holds``. For a lossy-join release, the first entry is
+    the pair's consistency (SA counts add up to QI rows, per class), in DuckDB SQL."""
+    out: list[dict[str, Any]] = []
+    rel = manifest["release"]
+    if rel["layout"] == "lossy-join":
+        fq, fs = file_entry(manifest, "qi"), file_entry(manifest, "sa")
+        qi, sa = read_parquet(release, fq), read_parquet(release, fs)
+        info = json.loads((qi.schema.metadata or {}).get(LOSSY_KEY.encode(), b"{}"))
+        bad = sql(pair_consistency_sql(info["class_column"], info["count_column"]), qi=qi, sa=sa).to_pylist()[0]["bad"]
+        out.append({"check": "lossy-join-consistency",
+                    "params": {"class_column": info["class_column"], "count_column": info["count_column"]},
+                    "evaluated": None, "plugin": {"distribution": "anonflow", "version": __version__},
+                    "recheck": True, "result": {"inconsistent_classes": float(bad)}, "holds": bad == 0})
+        typing = typing_of(qi, manifest, fq["path"])
+        out.append({"check": "lossy-join-k", "params": {"class_column": info["class_column"],
+                                                        "quasi": list(typing.quasi)},
+                    "evaluated": None, "plugin": {"distribution": "anonflow", "version": __version__},
+                    "recheck": True, "result": k_figures(qi, typing.quasi, info["class_column"], sql), "holds": None,
+                    "meaning": K_MEANING})
+    table = load_release_table(release, manifest)
+    return out + run_checks(checks, table, registry, scratch_context(sql, release, "verify"))
+
+
+#: checks a release adds itself (not metric plugins): the lossy-join pair's consistency and k figures
+BUILTIN_CHECKS = ("lossy-join-consistency", "lossy-join-k")

@@ -30,7 +30,7 @@ import numpy as np
 from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from .. import __version__
-from ..common import numeric_columns, numeric_values
+from ..common.columns import numeric_columns, numeric_values
 
 __all__ = ["Dld", "linked_records"]
 

@@ -66,7 +66,7 @@ import numpy as np
 from anonflow.api import InputError, Metric, Param, StepContext, TypedTable, sql_ident
 
 from anonflow_std import __version__
-from anonflow_std.privacy.wildcard import COUNT, WEIGHT, key_counts, null_records
+from anonflow_std.common.wildcard import COUNT, WEIGHT, key_counts, null_records
 
 __all__ = ["IndividualRisk", "key_frequencies", "key_risk", "risk_values", "series_risk", "weight_source"]
 

@@ -8,13 +8,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
-from anonflow.grading import Grading, sensitivity_distance
+from anonflow.api import Grading, InputError, Metric, Param, StepContext, TypedTable, sensitivity_distance
 
 from .. import __version__
-from ..common import check_sensitive, grading_of, missing_marker, sensitive_column
-from ..privacy.counts import Sql, counted_part, grading_bounds, sql_literal, table_counts_sql
-from ..privacy.wildcard import refuse_null_qis
+from ..common.columns import check_sensitive, grading_of, missing_marker, sensitive_column
+from ..common.counts import Sql, counted_part, grading_bounds, sql_literal, table_counts_sql
+from ..common.wildcard import refuse_null_qis
 
 
 def level_counts(sql: Sql, counts_sql: str, tables: Mapping[str, Any], grading: Grading,

@@ -58,7 +58,7 @@ import pyarrow.compute as pc
 from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from anonflow_std import __version__
-from anonflow_std.privacy.wildcard import refuse_nulls
+from anonflow_std.common.wildcard import refuse_nulls
 
 __all__ = ["Suda2", "Suda2Result", "encode_keys", "minimal_sample_uniques", "suda2", "score_weights",
            "DIS_BINS"]

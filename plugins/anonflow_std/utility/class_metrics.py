@@ -3,12 +3,12 @@
 * ``avg-il`` -- AVG-IL(Q) = mean over classes of IL(G) / (|G| |QI|), eq. 17-18, with IL(G) =
   sum of the SPEC section 1 distances of G's *original* records to G's centroid (mean, convex
   median, frequency vector, medoid), computed from the original table and the classes of the
-  anonymized one with :mod:`anonflow.kernels`.
+  anonymized one with :mod:`anonflow_std.common`.
 * ``avg-ent`` -- AVG-Ent(Q) = mean over classes of Ent(G) = -sum p_s log2 p_s of the sensitive
   attribute, eq. 19 (DuckDB SQL).
 * ``cavg`` -- CAVG = (n / |Q|) / k, eq. 20 (DuckDB SQL).
 
-Classes are grouped ``by: class`` or ``by: values`` (:mod:`anonflow_std.privacy.counts`); the
+Classes are grouped ``by: class`` or ``by: values`` (:mod:`anonflow_std.common.counts`); the
 default is ``class`` when the table has ``_class``, else ``values``.
 """
 
@@ -20,12 +20,12 @@ import numpy as np
 import pyarrow as pa
 
 from anonflow.api import CLASS, ROW, InputError, Metric, Param, StepContext, TypedTable, sql_ident
-from anonflow.kernels.distance import il_by_class
-from anonflow.kernels.encode import encode
+from anonflow_std.common.distance import il_by_class
+from anonflow_std.common.encode import encode
 
 from .. import __version__
-from ..common import sensitive_column
-from ..privacy.counts import BY, SENSITIVE, claimed, class_counts_sql, grouped_part, grouping, published_part
+from ..common.columns import sensitive_column
+from ..common.counts import BY, SENSITIVE, claimed, class_counts_sql, grouped_part, grouping, published_part
 
 
 def class_sizes_sql(table: TypedTable, by: str) -> str:

@@ -12,11 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from anonflow.api import (CLASS, Attribute, Hierarchy, InputError, Metric, Param, StepContext, TypedTable,
-                          generalization, numeric_column)
-from anonflow.hierarchy import value_keys
+                          generalization, numeric_column, value_keys)
 
 from .. import __version__
-from .hierarchy_loss import Levels, _codes, label_column
+from ..common.hierarchy_levels import Levels, category_codes, label_column
 
 
 def midpoints(h: Hierarchy, values: pa.Array | pa.ChunkedArray, column: str) -> np.ndarray:
@@ -83,7 +82,7 @@ class ClassificationAccuracy(Metric):
         features = params["features"] if params["features"] is not None else table.typing.quasi
         if not features:
             raise InputError("classification-accuracy needs feature columns: quasi-identifiers or 'features'")
-        y = _codes(data.column(label))
+        y = category_codes(data.column(label))
         smallest = int(np.bincount(y).min())
         if smallest < params["folds"]:
             raise InputError(f"classification-accuracy: the rarest label value occurs {smallest} time(s), fewer than "
@@ -116,7 +115,7 @@ class ClassificationAccuracy(Metric):
                                      "hierarchy; attach its hierarchy (hierarchy step) or leave it out of features:")
                 numeric.append(True)
             else:
-                x = _codes(col).astype(np.float64)
+                x = category_codes(col).astype(np.float64)
                 numeric.append(False)
             cols.append(x)
         X = np.column_stack(cols)

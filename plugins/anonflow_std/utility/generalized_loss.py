@@ -4,8 +4,8 @@
 They compare [original, anonymized]: each original record's published value
 (:func:`published_values`: read from the structured columns ``l-clustering`` publishes, or
 induced from the data for any other published QI column) with its original value, in the QI
-space of :mod:`anonflow_std.clustering.lclustering`, with the kernels of
-:mod:`anonflow.kernels.generalized`.
+space of :mod:`anonflow_std.common.qi_space`, with the kernels of
+:mod:`anonflow_std.common.generalized`.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import ROW, InputError, Metric, Param, StepContext, TypedTable
-from anonflow.generalization import generalization
-from anonflow.kernels.generalized import Generalized, attribute_loss, covers
+from anonflow.api import ROW, InputError, Metric, Param, StepContext, TypedTable, generalization
+from anonflow_std.common.generalized import Generalized, attribute_loss, covers
 
 from .. import __version__
-from ..clustering.lclustering import QISpace, qi_space
+from ..common.qi_space import QISpace, qi_space
 
 __all__ = ["GeneralizationLoss", "RelativeLoss", "published_values"]
 

@@ -11,12 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
-from anonflow.hierarchy import value_keys
+from anonflow.api import InputError, Metric, Param, StepContext, TypedTable, value_keys
 
 from .. import __version__
-from ..common import aligned, check_sensitive, sensitive_column, typed_input
-from ..privacy.counts import Sql, counted_part, table_counts_sql
+from ..common.columns import aligned, check_sensitive, sensitive_column, typed_input
+from ..common.counts import Sql, counted_part, table_counts_sql
 
 
 def lossy_join_distance(sql: Sql, counts_sql: str, tables: Mapping[str, Any]) -> dict[str, float]:

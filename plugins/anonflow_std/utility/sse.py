@@ -10,7 +10,7 @@ import numpy as np
 from anonflow.api import Metric, Param, StepContext, TypedTable
 
 from .. import __version__
-from ..common import numeric_columns, numeric_values, zscores
+from ..common.columns import numeric_columns, numeric_values, zscores
 
 
 class SseIl(Metric):

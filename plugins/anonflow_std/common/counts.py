@@ -29,10 +29,9 @@ from typing import Any, Callable, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import CLASS, ROW, InputError, Param, TypedTable, sql_ident
-from anonflow.grading import Grading
+from anonflow.api import CLASS, ROW, Grading, InputError, Param, TypedTable, sql_ident
 
-from ..common import missing_marker
+from ..common.columns import missing_marker
 
 Sql = Callable[..., pa.Table]
 

@@ -6,7 +6,7 @@ Per-attribute distances, each in [0, 1] (SPEC section 1):
 * continuous: ``|a' - b'|`` on min-max scaled values;
 * ordinal: ``|pos[a] - pos[b]|`` (step weights between a and b over all step weights);
 * nominal: ``0`` if equal else ``1``;
-* semantic: the normalized CHT distance (SPEC section 2, :mod:`anonflow.kernels.cht`).
+* semantic: the normalized CHT distance (SPEC section 2, :mod:`anonflow_std.common.cht`).
 
 The record distance is their sum over the encoded attributes, optionally weighted (Def. 8).
 

@@ -16,7 +16,7 @@ lossy-join pair, and a table with nested columns, are written from memory.
 The URL names no password (it is refused: PGPASSWORD or ``.pgpass``, see
 :mod:`anonflow.pgconnect`). Each table written is one :class:`Output`: ``path``
 ``postgresql://user@host:port/database#schema.table``, ``sha256`` anonflow's content hash of
-the records written (:func:`anonflow.table.table_hash`, independent of their order) and rows.
+the records written (:func:`anonflow.api.table_hash`, independent of their order) and rows.
 The publisher touches no table but those it is told to write.
 """
 
@@ -28,11 +28,12 @@ from typing import Any, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import InputError, Output, Param, Publisher, StepContext, TypedTable
+from anonflow.api import (InputError, Output, Param, Publisher, StepContext, TableHasher, TypedTable, check_postgres_url,
+                          postgres_connect, postgres_display, postgres_ident, postgres_message, sql_ident, table_hash)
 
 from .. import __version__
-from ..common import sensitive_column
-from ..lossyjoin.publisher import k_figures, k_sentence, split_tables
+from ..common.columns import sensitive_column
+from .lossy_join import k_figures, k_sentence, split_tables
 
 #: how long the publisher waits for a lock on a table (another session using it) before failing
 LOCK_TIMEOUT = "30s"
@@ -75,9 +76,7 @@ class PostgresPublisher(Publisher):
         return [params["url"]]
 
     def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **_: Any) -> None:
-        from anonflow.pgurl import check_url
-
-        check_url(params["url"], "postgres: 'url'")
+        check_postgres_url(params["url"], "postgres: 'url'")
         _name(params["schema"], "schema")
         pair = params["qi_table"] is not None or params["sa_table"] is not None
         if pair == (params["table"] is not None):
@@ -112,35 +111,31 @@ class PostgresPublisher(Publisher):
                                                                              "partner": params["qi_table"]}}))]
 
     def publish(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> list[Output]:
-        from anonflow.pgconnect import connect
-        from anonflow.pgurl import display, message, quote_ident
-        from anonflow.table import table_hash
-
         self.check(params)
         url, schema = params["url"], params["schema"]
         todo = self.tables(table, params, ctx)
-        where = f"postgresql://{display(url)}"
+        where = f"postgresql://{postgres_display(url)}"
         guard = ctx.output_guard
         keys = [f"{where}#{schema}.{name}" for name, _, _ in todo]
         for key in keys:
             if guard is not None and key in getattr(guard, "claimed", ()):
                 raise InputError(f"postgres: {key} is written by an earlier publish step of this run; give each "
                                  "step its own table")
-        con = connect(url, autocommit=False, what=f"step {ctx.step!r} (publisher postgres)")
+        con = postgres_connect(url, autocommit=False, what=f"step {ctx.step!r} (publisher postgres)")
         outputs: list[Output] = []
         try:
             cur = con.cursor()
             try:
                 cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-                cur.execute("SELECT to_regnamespace($1) IS NULL", parameters=(quote_ident(schema),))
+                cur.execute("SELECT to_regnamespace($1) IS NULL", parameters=(postgres_ident(schema),))
                 if cur.fetchone()[0]:
-                    cur.execute(f"CREATE SCHEMA {quote_ident(schema)}")
+                    cur.execute(f"CREATE SCHEMA {postgres_ident(schema)}")
                 for (name, data, comment), key in zip(todo, keys):
-                    full = f"{quote_ident(schema)}.{quote_ident(name)}"
+                    full = f"{postgres_ident(schema)}.{postgres_ident(name)}"
                     cur.execute("SELECT to_regclass($1) IS NOT NULL", parameters=(full,))
                     if cur.fetchone()[0]:
                         if params["if_exists"] != "replace":
-                            raise InputError(f"postgres: table {schema}.{name} exists in {display(url)}; anonflow "
+                            raise InputError(f"postgres: table {schema}.{name} exists in {postgres_display(url)}; anonflow "
                                              "does not write over it unless told to (if_exists: replace)")
                         cur.execute(f"DROP TABLE {full}")  # no CASCADE: a view on it fails the step
                     if isinstance(data, Streamed):  # batch by batch from the store, hashed as they pass
@@ -157,8 +152,8 @@ class PostgresPublisher(Publisher):
             _rollback(con)
             if isinstance(exc, InputError) or not isinstance(exc, Exception):
                 raise
-            raise InputError(f"postgres: writing into {display(url)} failed, nothing was written: "
-                             f"{message(exc)}") from None
+            raise InputError(f"postgres: writing into {postgres_display(url)} failed, nothing was written: "
+                             f"{postgres_message(exc)}") from None
         finally:
             for _, data, _ in todo:
                 if isinstance(data, Streamed):
@@ -168,7 +163,7 @@ class PostgresPublisher(Publisher):
         else:
             _commit(con)
         ctx.note(f"postgres: {', '.join(f'{schema}.{n} ({d.num_rows} rows)' for n, d, _ in todo)} written into "
-                 f"{display(url)}" + (", committed when the run succeeds" if guard is not None else ""))
+                 f"{postgres_display(url)}" + (", committed when the run succeeds" if guard is not None else ""))
         return outputs
 
 
@@ -177,13 +172,10 @@ class Streamed:
     never whole: the records are first written, sorted in canonical order (by every column,
     as :func:`anonflow.table.canonical` sorts them), to a scratch table of the store; the
     batches are read from it in that order and hashed as they pass (:class:`TableHasher`), so
-    :meth:`hexdigest` is :func:`anonflow.table.table_hash` of the whole table without holding
+    :meth:`hexdigest` is :func:`anonflow.api.table_hash` of the whole table without holding
     it. The server receives the records in that order."""
 
     def __init__(self, table: TypedTable, ctx: StepContext) -> None:
-        from anonflow.api import sql_ident
-        from anonflow.table import TableHasher
-
         order = ", ".join(f"{sql_ident(c)} ASC NULLS LAST" for c in table.columns)
         self.ctx = ctx
         self.sorted = ctx.derive(f"SELECT * FROM t ORDER BY {order}", t=table)

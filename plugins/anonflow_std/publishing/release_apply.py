@@ -37,24 +37,24 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, ROW, InputError, Partition, RunError, TypedTable, Typing, file_sha256, suppression_limit
-from anonflow.canonjson import canonical_json
+from anonflow.api import (CLASS, ROW, InputError, Metric, Partition, RunError, TypedTable, Typing, canonical_json,
+                          file_sha256, suppression_limit, validate_params)
 
 from .. import __version__
 from .checks import release_checks, run_checks, scratch_context, threshold_misses
-from .release import (MANIFEST, RELEASE_KEY, TYPING_KEY, file_entry, integrity, load_manifest, load_release_table,
-                      plain, regular_sha256, write_csv, write_parquet)
+from .manifest import (MANIFEST, RELEASE_KEY, TYPING_KEY, file_entry, integrity, load_manifest, load_release_table,
+                       plain, regular_sha256, write_csv, write_parquet)
+from .release_files import Refused, copy_pinned, guessed_base, recorded_files
 from .report import params_text
+from .verify import verify
 
 APPLICATION = "application.json"
 FORMAT = "anonflow-application"
 
 
 def _release_base(release: Path, manifest: Mapping[str, Any]) -> Path | None:
-    """The workflow's folder as ``verify --rerun`` guesses it (:func:`verify.guessed_base`);
+    """The workflow's folder as ``verify --rerun`` guesses it (:func:`.release_files.guessed_base`);
     None when that is the filesystem root or the home folder."""
-    from .verify import guessed_base
-
     _, base, allowed = guessed_base(release, manifest)
     return base if allowed else None
 
@@ -64,8 +64,6 @@ def _place_files(release: Path, manifest: Mapping[str, Any], given: Path | None,
     their recorded relative paths, each found by its recorded sha256: in ``given``
     (``--hierarchies DIR``: ``DIR/<recorded path>``, else ``DIR/<file name>``), else beside
     the workflow. Returns what was placed, for the application's record."""
-    from .verify import _copy_pinned, _Refused, recorded_files
-
     files, problems = recorded_files(manifest)
     wanted = {k: v for k, v in files.items() if not v["what"].startswith("source ")}
     if problems:
@@ -83,10 +81,10 @@ def _place_files(release: Path, manifest: Mapping[str, Any], given: Path | None,
         found = None
         for folder, name in where:
             try:
-                digest = _copy_pinned(folder, name, scratch / rel, info["sha256"], info["text"])
+                digest = copy_pinned(folder, name, scratch / rel, info["sha256"], info["text"])
             except FileNotFoundError:
                 continue
-            except _Refused as exc:
+            except Refused as exc:
                 raise InputError(f"{info['what']} ({folder / name}) {exc}: not read") from None
             if digest != info["sha256"]:
                 raise InputError(f"{info['what']} ({folder / name}) is not the file the release was made with: its "
@@ -127,8 +125,6 @@ def _algorithm_step(manifest: Mapping[str, Any], registry: Any) -> tuple[dict[st
 def _class_verdicts(table: TypedTable, claims: Mapping[str, Any], registry: Any) -> tuple[np.ndarray, np.ndarray]:
     """Per record, its class index (by ``_class``), and per class whether every claimed model
     that can judge classes (``Metric.partition_holds``) holds for it."""
-    from anonflow.api import Metric
-
     cls = np.asarray(table.data.column(CLASS).to_numpy(zero_copy_only=False))
     _, inverse = np.unique(cls, return_inverse=True)
     inverse = inverse.reshape(-1).astype(np.int64)
@@ -140,8 +136,6 @@ def _class_verdicts(table: TypedTable, claims: Mapping[str, Any], registry: Any)
         obj = registry.get("metric", name).obj
         if type(obj).partition_holds is Metric.partition_holds:
             continue
-        from anonflow.params import validate_params
-
         declared = {p.name for p in obj.params}
         try:
             mparams = validate_params(obj.params, {k: v for k, v in (given or {}).items() if k in declared})
@@ -174,8 +168,6 @@ def _verified(release: Path, key: Path | None, registry: Any) -> dict[str, Any]:
     publishes only under a release that verifies, so it refuses (one line, naming the first
     failed check) any release ``anonflow verify RELEASE [--key KEY]`` would fail. Returns the
     signature's status (``unsigned``, ``signed-unchecked`` or ``valid``)."""
-    from .verify import verify
-
     result = verify(release, registry=registry, key=key)
     failed = [i for i in result["findings"] if not i["ok"]]
     if failed:

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import ArrayLike, NDArray
 
-from ..errors import InputError
+from anonflow.api import InputError
 
 __all__ = ["CHT", "edge_weights"]
 

@@ -12,7 +12,7 @@ as files (Parquet or CSV, atomically) and kept in the store (``ctx.store_table``
 ``steps."<workflow>.<step>.qi"`` and ``steps."<workflow>.<step>.sa"``). Parquet files carry
 ``anonflow.lossy-join`` schema metadata naming their role, the class column, the sensitive
 attribute and the partner file, so a checker can pair them again
-(:func:`anonflow_std.privacy.counts.pair_counts_sql`).
+(:func:`anonflow_std.common.counts.pair_counts_sql`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from anonflow.api import CLASS, InputError, Output, Param, Publisher, StepContext, TypedTable, atomic_write, sql_ident
 
 from .. import __version__
-from ..common import sensitive_column
+from ..common.columns import sensitive_column
 from ..publishing.publishers import csv_columns
 
 

@@ -13,19 +13,17 @@ columns as numbers, failing in one line on generalized labels)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import (ROW, InputError, Partition, StepContext, TypedTable, generalization, numeric_column,
-                          sql_ident)
-from anonflow.builtins import MISSING_CATEGORY
-from anonflow.grading import Grading
+from anonflow.api import (MISSING_CATEGORY, ROW, Grading, InputError, Partition, StepContext, TypedTable,
+                          generalization, numeric_column, sql_ident)
 
-if TYPE_CHECKING:
-    from anonflow.kernels.encode import Encoded
+from .distance import record_distances
+from .encode import Continuous, Encoded
 
 
 def continuous_quasi(table: TypedTable, plugin: str) -> list[str]:
@@ -170,7 +168,7 @@ def real_counts(partition: Partition, column: str) -> tuple[np.ndarray, np.ndarr
     return counts, counts.sum(axis=1), values
 
 
-def join_nearest(enc: "Encoded", labels: np.ndarray, pending: np.ndarray) -> int:
+def join_nearest(enc: Encoded, labels: np.ndarray, pending: np.ndarray) -> int:
     """Put each record of ``pending`` (indices, in order) into the class of its nearest record
     that is already in one (``labels >= 0``): the record-to-record distance of SPEC section 4
     (Def. 8) on the encoded quasi-identifiers; ties go to the lowest position. Classes are
@@ -178,9 +176,6 @@ def join_nearest(enc: "Encoded", labels: np.ndarray, pending: np.ndarray) -> int
     Returns how many were placed (none when no record is in a class). Used for the records
     whose sensitive value is missing: they take no part in building classes, and joining a
     class never lowers its real distinct values or raises a real value's share c / r."""
-    from anonflow.kernels.distance import record_distances
-    from anonflow.kernels.encode import Continuous
-
     pending = np.asarray(pending, dtype=np.int64)
     classed = np.flatnonzero(labels >= 0)
     if not classed.size or not pending.size:

@@ -9,7 +9,7 @@
   total) and ``scaled = pos[codes]`` per record, so ``d(a, b) = |pos[a] - pos[b]|``;
 * **nominal** -- ``codes`` (int32) into the sorted distinct values ``dictionary``;
 * **semantic** -- ``codes`` (int32) into the sorted distinct code strings and a
-  :class:`~anonflow.kernels.cht.CHT` built on them, with ``beta``/``w12`` from
+  :class:`~anonflow_std.common.cht.CHT` built on them, with ``beta``/``w12`` from
   ``Attribute.options`` (defaults 1.0 and 0.0).
 
 Categorical columns are dictionary-encoded once through Arrow (``dictionary_encode`` and a
@@ -43,9 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import ArrayLike, NDArray
 
-from ..errors import InputError
-from ..schema import ROW, Attribute
-from ..table import TypedTable
+from anonflow.api import ROW, Attribute, InputError, TypedTable
 from .cht import CHT
 
 __all__ = ["Continuous", "Ordinal", "Nominal", "Semantic", "EncodedAttribute", "Encoded", "encode",

@@ -1,8 +1,8 @@
 """Grey relational similarity for the MDAV-family loops: GRAV and V-GRAV (seed 003).
 
 :class:`Grey` plugs the *balanced adjacent degree* ``B`` (SPEC section 8, seed 003 Def.
-1-3; ``anonflow.kernels.grey``) into :func:`~anonflow_std.microaggregation.kernels.mdav_partition` and
-:func:`~anonflow_std.microaggregation.kernels.vmdav_partition` in place of the Euclidean distance:
+1-3; :mod:`.grey_degree`) into :func:`~anonflow_std.microaggregation.kernels.mdav_partition`
+and :func:`~anonflow_std.microaggregation.kernels.vmdav_partition` in place of the Euclidean distance:
 "farthest" becomes least ``B``, "nearest" becomes largest ``B``, and V-MDAV's extension
 test becomes ``gamma * b_in > b_out``.
 
@@ -33,7 +33,7 @@ coefficient of one query is ``c * a / (|d_k| + a)`` with the same ``c = (Dmin + 
 and the balance degree ``E`` does not change when all coefficients are scaled: so
 ``B = c * B0``, ``B0`` being the degree with ``Dmin = 0`` (:func:`_degree0`: with
 ``r0(k) = a / (|d_k| + a)``, ``S`` and ``T = sum r0 ln r0`` summed over the attributes in
-order, ``B0 = min(1, (S ln S - T) / (m ln m))``, the form of ``anonflow.kernels.grey``;
+order, ``B0 = min(1, (S ln S - T) / (m ln m))``, the form of ``anonflow_std.microaggregation.grey_degree``;
 ``B0 = r0`` when ``m = 1`` and 1 when ``Dmax = 0``).  Rankings within a query (nearest,
 farthest, a leftover's group) compare ``B0``; the extension test, which compares ``B`` of
 different references, uses ``B = min(1, c * B0)`` (:func:`grey_scores`).  Every decision
@@ -79,21 +79,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .kernels import (
-    _FAR_LEAVES,
-    _MARGIN,
-    _NEAR_LEAVES,
-    _REBUILD_SCAN,
-    _TINY,
-    Best,
-    Extender,
-    FloatArray,
-    Index,
-    IntArray,
-    Similarity,
-    _LeafIndex,
-    _sort_by_key,
-)
+from .leaf_index import LeafIndex, sort_by_key
+from .similarity import (FAR_LEAVES, MARGIN, NEAR_LEAVES, REBUILD_SCAN, TINY, Best, Extender, FloatArray, Index, IntArray,
+                         Similarity)
 
 __all__ = ["Grey", "grey_scores"]
 
@@ -290,7 +278,7 @@ class _GreyRadial:
     the centroid".
 
     ``key[i]`` bounds from below ``B0(anchor, ids[i])`` computed with ``a0 = zeta * Dmax``
-    at the anchor (exact for the first ``_RADIAL_SORTED`` entries).  For a query point
+    at the anchor (exact for the first ``RADIAL_SORTED`` entries).  For a query point
     ``c`` with ``a`` and ``delta = max_k |c_k - anchor_k|``, every coefficient satisfies
     ``r_k(c) >= lam * r_k(anchor)`` with ``lam = min(1, a / a0) * a / (a + delta)`` (per
     coordinate ``|x_k - c_k| <= |x_k - anchor_k| + delta``, and ``a / (d + delta + a) >=
@@ -310,7 +298,7 @@ class _GreyRadial:
         ids = self.alive.nonzero()[0]
         points = self.x[ids].T
         D = np.abs(points - anchor[:, None])
-        self.key, self.ids, self.points = _sort_by_key(_degree0(D, a), ids, points, self.pos_of)
+        self.key, self.ids, self.points = sort_by_key(_degree0(D, a), ids, points, self.pos_of)
         self.anchor = anchor.copy()
         self.a0 = a
         self.head = 0
@@ -332,19 +320,19 @@ class _GreyRadial:
         known = float(_degree0(np.abs(self.points[:, head : head + 1] - c[:, None]), a)[0])
         stop = ids.size
         if lam > 0:
-            limit = known / lam * (1.0 + _MARGIN) + _TINY
+            limit = known / lam * (1.0 + MARGIN) + TINY
             stop = max(head + 1, int(self.key.searchsorted(limit, side="right")))
         with np.errstate(invalid="ignore"):
             b0 = _degree0(np.abs(self.points[:, head:stop] - c[:, None]), a)
         best = np.fmin.reduce(b0)
         hits = (b0 == best).nonzero()[0] + head
         found = int(ids[hits[0]] if hits.size == 1 else ids[hits].min())
-        if stop - head > _REBUILD_SCAN:
+        if stop - head > REBUILD_SCAN:
             self.rebuild(c, a)
         return found
 
 
-class _GreyIndex(_LeafIndex):
+class _GreyIndex(LeafIndex):
     """kd leaves bounding ``B0`` per box, exact ``Dmin`` / ``Dmax``, a running centroid."""
 
     radial: _GreyRadial
@@ -417,7 +405,7 @@ class _GreyIndex(_LeafIndex):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         need = k + (exclude >= 0)
         nbox = up.size
-        take = min(_NEAR_LEAVES, nbox)
+        take = min(NEAR_LEAVES, nbox)
         cols = None
         while take < nbox:
             cand = (-up).argpartition(take)[:take]
@@ -432,7 +420,7 @@ class _GreyIndex(_LeafIndex):
             leaves = lv.bid
             flat = self._eval(leaves, ref, exclude)
             kth = _kth_largest(flat, k)
-        limit = kth - (abs(kth) * _MARGIN + _TINY)
+        limit = kth - (abs(kth) * MARGIN + TINY)
         wider = lv.bid[(up >= limit).nonzero()[0]]
         if wider.size > leaves.size:
             leaves = wider
@@ -450,13 +438,13 @@ class _GreyIndex(_LeafIndex):
         """The live record of least ``B0`` (but ``exclude``); ties: the lowest row."""
         lv = self.leaves
         nbox = low.size
-        if nbox > _FAR_LEAVES:
-            first = lv.bid[low.argpartition(_FAR_LEAVES)[:_FAR_LEAVES]]
+        if nbox > FAR_LEAVES:
+            first = lv.bid[low.argpartition(FAR_LEAVES)[:FAR_LEAVES]]
         else:
             first = lv.bid
         known = float(np.fmin.reduce(self._eval(first, ref, exclude)))
         if known == known:
-            leaves = lv.bid[(low <= known + abs(known) * _MARGIN + _TINY).nonzero()[0]]
+            leaves = lv.bid[(low <= known + abs(known) * MARGIN + TINY).nonzero()[0]]
         else:
             leaves = lv.bid
         flat = self._eval(leaves, ref, exclude)

@@ -1,1 +1,0 @@
-"""Vectorized attribute-semantics kernels (SPEC sections 1-5, 8)."""

@@ -1,1 +1,0 @@
-"""Lossy-join (Anatomy-style) publication: a QI table and an SA table joined on the class id."""
