@@ -163,12 +163,12 @@ def _outside_release(release: Path, out: Path) -> None:
                          "write the application beside it, with -o")
 
 
-def _verified(release: Path, key: Path | None, registry: Any) -> dict[str, Any]:
+def _verified(release: Path, key: Path | None, engine: Any) -> dict[str, Any]:
     """The release's verdict from :func:`.verify.verify` on its files alone (no re-run): apply
     publishes only under a release that verifies, so it refuses (one line, naming the first
     failed check) any release ``anonflow verify RELEASE [--key KEY]`` would fail. Returns the
     signature's status (``unsigned``, ``signed-unchecked`` or ``valid``)."""
-    result = verify(release, registry=registry, key=key)
+    result = verify(release, key=key, engine=engine)
     failed = [i for i in result["findings"] if not i["ok"]]
     if failed:
         first = failed[0]
@@ -249,7 +249,7 @@ def apply_release(release: Path, new_data: Path, out: Path | None = None, *, hie
                          "manifest's; check the release with anonflow verify")
     if not new_data.is_file():
         raise InputError(f"new data {new_data} is not a file")
-    signature = _verified(release, key, registry)
+    signature = _verified(release, key, engine)
     new_sha = regular_sha256(new_data)
     manifest_sha = file_sha256(release / MANIFEST)
     params = dict(step.get("params") or {})
