@@ -34,11 +34,12 @@ import yaml
 from .errors import AnonflowError, InputError
 from .filemodes import make_ordinary
 from .schema import FRAGMENT
+from .steps import STEPS
 from .table import TypedTable
 
-#: the step kinds whose work is redone on the new data (a partition step is not: an applied
-#: batch is mapped record by record onto the release, with no fragments)
-PREPARATION = ("source", "typing", "filter", "sample", "hierarchy")
+#: the step kinds whose work is redone on the new data (Step.preparation and redone_by_apply: a
+#: partition step is not: an applied batch is mapped record by record onto the release, with no fragments)
+PREPARATION = tuple(kind for kind, s in STEPS.items() if s.preparation and s.redone_by_apply)
 #: new data files apply reads, by extension
 NEW_FORMATS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
@@ -95,7 +96,7 @@ def prepare_batch(workflow_text: str, step: str, new_data: Path, scratch: Path, 
     options such as the delimiter are kept for a CSV file), ``overrides`` (``--set`` values
     as recorded: ``(step, param, value)``) of those steps are applied, and the steps run in
     a throw-away in-memory store. Returns the prepared table, loaded in memory."""
-    from .dag import build_plan
+    from .runner.plan import build_plan
     from . import egress
     from .runner import Runner
     from .spec import load_workflow

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 import click
 
 from . import __version__
-from .dag import build_plan
+from .runner.plan import build_plan
 from .errors import AnonflowError
 from .plugins import get_registry
 from .spec import RETAIN, load_workflow
@@ -259,7 +259,7 @@ def run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], o
 def _run(workflow: Path, db: str, seed: int | None, overrides: tuple[str, ...], out_dir: Path | None,
          as_json: bool, no_cache: bool, memory: str | None, threads: int | None, temp_dir: Path | None,
          executor: str | None, work_dir: Path | None, retain: str | None) -> None:
-    from .executors import ExecutorSpec, parse_executor
+    from .executor_spec import ExecutorSpec, parse_executor
     from .runner import Runner
     from .spec import Resources, check_memory
 
@@ -338,7 +338,7 @@ def plan(workflow: Path, seed: int | None, overrides: tuple[str, ...], as_json: 
     face; nothing is stored
     or published (--no-preview skips this)."""
     from . import egress
-    from .dag import plan_json, preview
+    from .runner.plan import plan_json, preview
 
     with egress.use(egress.for_user(allow_hosts)) as policy:
         spec = load_workflow(workflow, overrides, seed)

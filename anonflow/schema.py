@@ -21,6 +21,9 @@ CLASS = "_class"
 #: Column that carries each record's fragment, added by the ``partition`` step.
 FRAGMENT = "_fragment"
 RESERVED = (ROW, CLASS, FRAGMENT)
+#: The category a missing value of a text column becomes under the typing step's
+#: ``missing: category``.
+MISSING_CATEGORY = "?"
 
 
 @dataclass(frozen=True)

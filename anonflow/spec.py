@@ -2,7 +2,7 @@
 
 This module knows the file format only: it checks structure and spelling, applies
 ``--set`` overrides and resolves paths. The graph is built and checked in
-:mod:`anonflow.dag`; nothing here touches data or the store.
+:mod:`anonflow.runner.plan`; nothing here touches data or the store.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from .errors import InputError, WorkflowError
-from .executors import ExecutorSpec, executor_spec
+from .executor_spec import ExecutorSpec, executor_spec
 from .params import suggest
 from . import workflow_schema as _schema
 from .workflow_schema import Marks, check_workflow

@@ -130,7 +130,7 @@ def run_workflow(workflow: str | os.PathLike[str], tmp_path: str | os.PathLike[s
     when given. Invalid workflows and failed runs raise as the CLI's exit codes 2 and 1 do:
     :class:`anonflow.api.InputError` / :class:`anonflow.errors.WorkflowError`, and
     :class:`anonflow.api.RunError`."""
-    from .dag import build_plan
+    from .runner.plan import build_plan
     from .plugins import get_registry
     from .runner import Runner
     from .spec import load_workflow

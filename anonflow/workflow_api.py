@@ -1,5 +1,5 @@
 """The Python API: workflows loaded from files or built in code, run by the same engine as
-``anonflow run`` (:func:`~anonflow.spec.load_workflow` / :func:`~anonflow.dag.build_plan` /
+``anonflow run`` (:func:`~anonflow.spec.load_workflow` / :func:`~anonflow.runner.plan.build_plan` /
 :class:`~anonflow.runner.Runner` / :class:`~anonflow.store.Store`), and :func:`anonymize`,
 the one-call form for a notebook. ``docs/api.md`` is its guide.
 
@@ -365,8 +365,8 @@ class Workflow:
         in-memory store, as ``anonflow plan`` does (``preview=False``: ``--no-preview``);
         ``sources`` and ``allow_hosts`` as :meth:`run` takes them."""
         from . import egress
-        from .dag import build_plan, plan_json
-        from .dag import preview as run_preview
+        from .runner.plan import build_plan, plan_json
+        from .runner.plan import preview as run_preview
         from .plugins import get_registry
 
         with egress.use(egress.for_user(allow_hosts, where="allow_hosts")) as policy:
@@ -415,8 +415,8 @@ class Workflow:
              out_dir: PathLike | None, use_cache: bool, memory: str | None, threads: int | None,
              temp_dir: PathLike | None, executor: str | Mapping[str, Any] | None, work_dir: PathLike | None,
              progress: bool, retain: str | None) -> "Result":
-        from .dag import build_plan
-        from .executors import ExecutorSpec, executor_spec
+        from .executor_spec import ExecutorSpec, executor_spec
+        from .runner.plan import build_plan
         from .plugins import get_registry
         from .runner import Runner
         from .spec import Resources, check_memory, check_threads
@@ -657,7 +657,7 @@ def anonymize(data: Any, algorithm: str = "mdav", *, quasi: Any, sensitive: Any 
 def _published(result: Result) -> tuple["pa.Table", int | None]:
     """The ``anonymized`` step's records as a publish step writes them, and how many were
     suppressed (None when the algorithm does not suppress)."""
-    from .builtins import for_publication
+    from .steps import for_publication
     from .table import TypedTable
 
     store, opened = result._open()

@@ -3,7 +3,7 @@
 Every key a workflow file may hold, its type and its allowed values are declared here as
 pydantic models: the top-level keys, ``resources``, ``executor``, each kind of source, and
 each step -- a built-in step's ``with:`` block from that step's :class:`~anonflow.params.Param`
-declarations (:data:`anonflow.builtins.BUILTINS`), a plugin step's as a mapping of parameter
+declarations (:data:`anonflow.steps.BUILTINS`), a plugin step's as a mapping of parameter
 names to plain values (the plugin's own declaration checks them when the graph is built).
 
 :func:`check_workflow` validates a parsed file before any other code reads it; its error is
@@ -613,7 +613,7 @@ def step_models() -> dict[str, type[Block]]:
     ``plugin`` (any other ``uses``: an algorithm plugin, whose parameters its declaration checks)."""
     from pydantic import create_model
 
-    from .builtins import BUILTINS
+    from .steps import BUILTINS
 
     out: dict[str, type[Block]] = {}
     for uses, b in BUILTINS.items():
@@ -676,7 +676,7 @@ def _publish_with(model: type[Block]) -> Callable[[Any], Any]:
 
 
 def _step_kind(value: Any) -> str:
-    from .builtins import BUILTINS
+    from .steps import BUILTINS
 
     uses = value.get("uses") if isinstance(value, dict) else None
     return f"uses={uses}" if isinstance(uses, str) and uses in BUILTINS else "uses=plugin"
@@ -941,7 +941,7 @@ def reference_tables() -> dict[str, str]:
     mapping form), ``sources`` (every key of every kind of source), ``steps`` (a step's keys),
     and ``with:STEP`` for each built-in step with parameters (``with:filter,sample`` for the
     section the two share)."""
-    from .builtins import BUILTINS
+    from .steps import BUILTINS
 
     head = "| key | meaning |\n| --- | --- |\n"
     out = {"top": head + "\n".join(_key_rows(workflow_model())),

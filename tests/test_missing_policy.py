@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from anonflow.api import Partition
-from anonflow.builtins import MISSING_CATEGORY
+from anonflow.schema import MISSING_CATEGORY
 from anonflow.grading import Grading
 from anonflow.schema import Attribute, Typing
 from anonflow.table import TypedTable

@@ -48,7 +48,7 @@ def test_the_shipped_json_schema_is_what_the_declaration_generates(cli):
 
 
 def test_the_json_schema_knows_each_built_in_step_and_its_parameters():
-    from anonflow.builtins import BUILTINS
+    from anonflow.steps import BUILTINS
 
     from anonflow.workflow_schema import NAME_PATTERN
 

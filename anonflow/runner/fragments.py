@@ -1,296 +1,34 @@
-"""Cutting a typed table into fragments, and grouping fragments for an algorithm.
+"""Running an algorithm on a partitioned table: fragments grouped, run on the executor, merged.
 
-The built-in ``partition`` step (:class:`anonflow.builtins.PartitionStep`, :func:`partition`) adds a ``_fragment`` column to a typed
-table: records of each stratum (``by``) are cut recursively at the median of one
-quasi-identifier until every fragment holds at most ``max_records`` records (Mondrian-style
-fragmentation, as in the distributed Mondrian of De Capitani di Vimercati et al., and
-sdcMicro's microaggregation within strata). Each cut is computed by DuckDB where the table is
-stored; nothing but per-fragment counts and bounds comes back to Python.
-
-A cut splits a fragment at the median of the chosen column's keys: the records with a key
-below it (or at most it, whichever is more even and leaves both parts non-empty) go left, the
-rest (missing values included) right, so records with equal values stay together. The column
-cut is the one whose keys span the largest share of their range over the whole table
-(Mondrian's choice) among those whose cut leaves at least a fiftieth of the records on each side,
-the first listed on a tie (when none does, the column cut most evenly); a fragment no column
-separates (its records alike on every cut column) is halved by ``_row``. So the
-recursion always ends, and the fragments are the same on every machine. Keys: a continuous QI's value; an ordinal QI's rank in its
-declared order; a semantic QI's code as text (codes of a prefix together); a nominal QI's rank
-in its hierarchy's order (siblings next to each other) when the table has a hierarchy for it,
-else in frequency order (most frequent first, then by value). A missing value sorts last.
-
-An algorithm step fed by a partitioned table runs once per *group* of fragments
+An algorithm step fed by a partitioned table (the ``partition`` step,
+:mod:`anonflow.steps.partition_step`) runs once per *group* of fragments
 (:func:`fragment_groups`): one fragment each, unless a fragment taken as a single class fails
 a privacy model the algorithm claims (too few records, too few distinct sensitive values...),
 in which case it is merged with a neighbouring fragment (the next or the previous in fragment
-order, the smaller of the two) until every group satisfies the models.
+order, the smaller of the two) until every group satisfies the models. The groups run as
+tasks on the run's executor (:mod:`anonflow.runner.executors`) and their results are merged
+into one table in the store (:class:`FragmentRunning`, the run loop's part that does it).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from .api import Partition, StepContext, sql_ident
-from .errors import InputError
-from .hierarchy import value_keys
-from .schema import CLASS, FRAGMENT, ROW
-from .table import TypedTable
-
-
-
-def _q(name: str) -> str:
-    return sql_ident(name)
-
-
-def partition(table: TypedTable, params: Mapping[str, Any], ctx: StepContext,
-              where: str) -> tuple[TypedTable, dict[str, Any]]:
-    """The ``partition`` step (:class:`anonflow.builtins.PartitionStep`): ``table`` with a
-    ``_fragment`` column, and the step's summary."""
-    by = list(params["by"])
-    cut = list(params["columns"]) if params["columns"] is not None else \
-        [c for c in table.typing.quasi if c not in by]
-    for c in (*by, *cut):
-        if c not in table.columns:
-            raise InputError(f"no column {c!r} in the input", where=where)
-    if FRAGMENT in table.columns or CLASS in table.columns:
-        raise InputError(f"the input has a {FRAGMENT if FRAGMENT in table.columns else CLASS} column; "
-                         "partition the typed table, before any algorithm", where=where)
-    cut = [c for c in cut if c not in by]
-    if table.num_rows == 0:
-        raise InputError("the input has no records", where=where)
-    limit = params["max_records"]
-    keys, key_notes = _keys(table, cut, ctx)
-    for line in key_notes:
-        ctx.note(line)
-    frag = _strata(table, by, ctx)
-    levels = 0
-    if limit is not None and cut:
-        frag, levels = _cut(frag, keys, cut, limit, ctx)
-    elif limit is not None:
-        big = ctx.sql(f"SELECT max(n) FROM (SELECT count(*) AS n FROM a GROUP BY {_q(FRAGMENT)})", a=frag)
-        if int(big.column(0)[0].as_py()) > limit:
-            ctx.note("no column to cut on: fragments larger than max_records stay whole")
-    ctx.discard(keys)
-    out = ctx.derive(f"SELECT t.*, a.{_q(FRAGMENT)} FROM t POSITIONAL JOIN a", t=table, a=frag)
-    ctx.discard(frag)
-    bounds = fragment_bounds(out, by, cut, ctx)
-    sizes = bounds.column("records").to_numpy()
-    ctx.store_table and ctx.store_table("fragments", bounds)
-    summary = {"fragments": int(sizes.size), "records": int(sizes.sum()), "max_records": limit, "by": by,
-               "columns": cut, "cuts": levels, "sizes": _size_summary(sizes)}
-    strata = len({tuple(row.values()) for row in bounds.select(by).to_pylist()}) if by else 1
-    ctx.note(f"{sizes.size} fragment(s) of {describe_sizes(sizes)} records"
-             + (f" in {strata} strat{'um' if strata == 1 else 'a'}" if by else "")
-             + (f"; cut on {', '.join(cut)} ({levels} level(s) of median cuts)" if levels else ""))
-    typed = TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored)
-    return typed, summary
-
-
-
-def describe_sizes(sizes: np.ndarray) -> str:
-    if sizes.size == 0:
-        return "no"
-    lo, mid, hi = int(sizes.min()), int(np.median(sizes)), int(sizes.max())
-    return f"{lo:,}" if lo == hi else f"{lo:,}..{hi:,} (median {mid:,})"
-
-
-def _size_summary(sizes: np.ndarray) -> dict[str, int]:
-    return {"min": int(sizes.min()), "median": int(np.median(sizes)), "max": int(sizes.max())}
-
-
-def _ranks(table: TypedTable, column: str, ctx: StepContext) -> tuple[pa.Table, str]:
-    """(value, rank) of every distinct non-missing value of a categorical column, and the
-    order's name: an ordinal's declared order, a semantic column's code order (as text), the
-    hierarchy's order, or frequency (most frequent first)."""
-    counts = ctx.sql(f"SELECT {_q(column)} AS v, count(*)::BIGINT AS n FROM t WHERE {_q(column)} IS NOT NULL "
-                     "GROUP BY 1", t=table)
-    values = counts.column("v")
-    texts = value_keys(values).to_pylist()
-    attr = table.typing.get(column) if column in table.typing.names() else None
-    hier = table.hierarchies.get(column)
-    if attr is not None and attr.type == "ordinal" and attr.order:
-        pos = {str(v): i for i, v in enumerate(attr.order)}
-        rank = np.array([pos.get(t, len(pos)) for t in texts], dtype=np.float64)
-        how = "declared order"
-    elif attr is not None and attr.type == "semantic":
-        # codes (e.g. 6-digit classifications) sorted as text: a prefix's codes lie together
-        order = sorted(range(len(texts)), key=lambda i: texts[i])
-        rank = np.empty(len(texts), dtype=np.float64)
-        rank[order] = np.arange(len(texts), dtype=np.float64)
-        how = "code order"
-    elif hier is not None:
-        # leaves ordered by their path from the top, so that siblings are neighbours
-        levels = [hier.level(i).to_pylist() for i in range(hier.height, -1, -1)]
-        paths = sorted(zip(*levels))
-        pos = {path[-1]: i for i, path in enumerate(paths)}
-        rank = np.array([pos.get(t, len(pos)) for t in texts], dtype=np.float64)
-        how = "hierarchy order"
-    else:
-        n = counts.column("n").to_numpy()
-        order = sorted(range(len(texts)), key=lambda i: (-int(n[i]), texts[i]))
-        rank = np.empty(len(texts), dtype=np.float64)
-        rank[order] = np.arange(len(texts), dtype=np.float64)
-        how = "frequency order"
-    return pa.table({"v": values, "r": pa.array(rank)}), how
-
-
-def _keys(table: TypedTable, cut: Sequence[str], ctx: StepContext) -> tuple[TypedTable, list[str]]:
-    """A stored table (``_row``, ``_k0`` .. ``_kN``): each cut column's sort key as a double."""
-    exprs, joins, tables = [], [], {"t": table}
-    notes: dict[str, list[str]] = {}
-    for i, c in enumerate(cut):
-        attr = table.typing.get(c) if c in table.typing.names() else None
-        typ = table.schema.field(c).type
-        numeric = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
-        if (attr is None or attr.type in (None, "continuous")) and numeric:
-            exprs.append(f"CAST(t.{_q(c)} AS DOUBLE) AS _k{i}")
-            continue
-        ranks, how = _ranks(table, c, ctx)
-        tables[f"r{i}"] = ranks
-        joins.append(f"LEFT JOIN r{i} ON t.{_q(c)} = r{i}.v")
-        exprs.append(f"r{i}.r AS _k{i}")
-        notes.setdefault(how, []).append(c)
-    cols = ", ".join([f"t.{_q(ROW)}", *exprs]) if exprs else f"t.{_q(ROW)}"
-    lines = [f"{', '.join(cs)} cut in {how}" for how, cs in notes.items()]
-    return ctx.derive(f"SELECT {cols} FROM t {' '.join(joins)}", ordered=not joins, **tables), lines
-
-
-def _strata(table: TypedTable, by: Sequence[str], ctx: StepContext) -> TypedTable:
-    """(``_row``, ``_fragment``): each record's stratum, numbered in the order of the strata's
-    values (NULL last; a missing-value category such as ``?`` sorts as its text)."""
-    if not by:
-        return ctx.derive(f"SELECT {_q(ROW)}, 0::BIGINT AS {_q(FRAGMENT)} FROM t", t=table)
-    cols = ", ".join(_q(c) for c in by)
-    order = ", ".join(f"{_q(c)} ASC NULLS LAST" for c in by)
-    return ctx.derive(f"SELECT {_q(ROW)}, (dense_rank() OVER (ORDER BY {order}) - 1)::BIGINT AS {_q(FRAGMENT)} "
-                      f"FROM (SELECT {_q(ROW)}, {cols} FROM t)", ordered=False, t=table)
-
-
-def _aggregate(ctx: StepContext, query: str, order: str, **tables: TypedTable | pa.Table) -> pa.Table:
-    """A small result of a query over the whole table: run by DuckDB on all its threads
-    (counts, minima and maxima come out the same on any number), read back in ``order``."""
-    small = ctx.derive(query, **tables)
-    try:
-        return ctx.sql(f"SELECT * FROM r ORDER BY {order}", r=small)
-    finally:
-        ctx.discard(small)
-
-
-def _cut(frag: TypedTable, keys: TypedTable, cut: Sequence[str], limit: int,
-         ctx: StepContext) -> tuple[TypedTable, int]:
-    """Cut every fragment above ``limit`` records in two, level by level, until none is."""
-    f, r = _q(FRAGMENT), _q(ROW)
-    ks = [f"_k{i}" for i in range(len(cut))]
-    whole = ctx.sql("SELECT " + ", ".join(f"max({k}) - min({k})" for k in ks) + " FROM k", k=keys).to_pylist()[0]
-    span = np.array([b if b else 1.0 for b in whole.values()], dtype=np.float64)
-    sizes = _aggregate(ctx, f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1", "f", a=frag)
-    levels = 0
-    while True:
-        ids, n = sizes.column("f").to_numpy(), sizes.column("n").to_numpy()
-        big = n > limit
-        if not big.any():
-            return frag, levels
-        plan = _split_plan(frag, keys, ks, ids, n, big, span, ctx)
-        key = "CASE p.col " + " ".join(f"WHEN {i} THEN k.{k}" for i, k in enumerate(ks)) + " END"
-        left = f"CASE WHEN p.strict THEN {key} < p.m ELSE {key} <= p.m END"
-        parts = [f"SELECT a.{r}, (p.base + CASE WHEN p.col < 0 THEN 0 ELSE (NOT coalesce({left}, false))::BIGINT "
-                 f"END)::BIGINT AS {f} FROM a POSITIONAL JOIN k JOIN p ON a.{f} = p.f WHERE NOT p.pos"]
-        if bool(np.any(plan.column("pos").to_numpy(zero_copy_only=False))):
-            # no column separates the records (all alike on every cut column): halve by position
-            parts.append(f"SELECT a.{r}, (p.base + (row_number() OVER (PARTITION BY a.{f} ORDER BY a.{r}) > p.half)"
-                         f"::BIGINT)::BIGINT AS {f} FROM a JOIN p ON a.{f} = p.f WHERE p.pos")
-        nxt = ctx.derive(f"SELECT {r}, {f} FROM ({' UNION ALL '.join(parts)})", ordered=False, a=frag, k=keys,
-                         p=plan)
-        ctx.discard(frag)
-        frag = nxt
-        sizes = _aggregate(ctx, f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1", "f", a=frag)
-        levels += 1
-
-
-#: a cut leaving fewer than this share of a fragment's records on one side is taken only when
-#: no column cuts more evenly (a column of mostly equal values would otherwise shave off a few
-#: records). Kept small: a lopsided cut that isolates rare values (Adult's non-zero capital
-#: gains, 8 %) is what keeps microaggregation's loss low (with a tenth, mdav's SSE-IL on Adult at 2,000
-#: records per fragment was 4.22 % instead of 2.90 %)
-BALANCE = 0.02
-
-
-def _split_plan(frag: TypedTable, keys: TypedTable, ks: Sequence[str], ids: np.ndarray, n: np.ndarray,
-                big: np.ndarray, span: np.ndarray, ctx: StepContext) -> pa.Table:
-    """How each fragment is cut at this level: the column (-1: not cut), the median value
-    ``m`` of its keys, whether the left part is ``key < m`` (``strict``) or ``key <= m`` (the
-    more even of the two that leaves both parts non-empty), or ``pos``: halved by position.
-    The column is the widest one (its keys' range over their range in the whole table, as
-    Mondrian chooses) among those whose median cut leaves at least :data:`BALANCE` of the
-    records on each side, the first on a tie; when none does, the column cut most evenly."""
-    f = _q(FRAGMENT)
-    want = pa.table({"f": pa.array(ids[big])})
-    # each column's distinct keys per fragment with their records (a plain GROUP BY, which
-    # DuckDB spills), their running count in key order, and the key holding position
-    # (n - 1) // 2 of the fragment's non-missing keys: the median, with the records below it
-    # (lt) and at most it (le), and the keys' range
-    names = ", ".join(f"k.{k}" for k in ks)
-    got = _aggregate(
-        ctx, f"WITH u AS (UNPIVOT (SELECT a.{f} AS f, {names} FROM a POSITIONAL JOIN k SEMI JOIN w ON a.{f} = w.f) "
-        f"ON {', '.join(ks)} INTO NAME col VALUE v), "
-        "c AS (SELECT f, col, v, count(*)::BIGINT AS c FROM u GROUP BY ALL), "
-        "s AS (SELECT f, col, v, c, sum(c) OVER (PARTITION BY f, col ORDER BY v ROWS BETWEEN UNBOUNDED PRECEDING "
-        "AND CURRENT ROW)::BIGINT AS cum, sum(c) OVER (PARTITION BY f, col)::BIGINT AS nn, "
-        "max(v) OVER (PARTITION BY f, col) - min(v) OVER (PARTITION BY f, col) AS w FROM c) "
-        "SELECT f, col, v AS m, cum - c AS lt, cum AS le, w FROM s "
-        "WHERE cum > (nn - 1) // 2 AND cum - c <= (nn - 1) // 2", "f, col", a=frag, k=keys, w=want)
-    d = len(ks)
-    nb = n[big]
-    row = np.searchsorted(ids[big], got.column("f").to_numpy())
-    col_of = {k: i for i, k in enumerate(ks)}
-    j = np.array([col_of[c] for c in got.column("col").to_pylist()], dtype=np.int64)
-    width, medians = np.zeros((nb.size, d)), np.zeros((nb.size, d))
-    lt, le = np.zeros((nb.size, d), dtype=np.int64), np.zeros((nb.size, d), dtype=np.int64)
-    width[row, j] = got.column("w").to_numpy(zero_copy_only=False).astype(np.float64) / span[j]
-    medians[row, j] = got.column("m").to_numpy(zero_copy_only=False).astype(np.float64)
-    lt[row, j] = got.column("lt").to_numpy()
-    le[row, j] = got.column("le").to_numpy()
-    half = nb[:, None] / 2.0
-    strict = (lt > 0) & ((np.abs(lt - half) <= np.abs(le - half)) | (le >= nb[:, None]))
-    left = np.where(strict, lt, le)
-    ok = (left > 0) & (left < nb[:, None])
-    smaller = np.minimum(left, nb[:, None] - left)
-    even = ok & (smaller >= BALANCE * nb[:, None])
-    # the widest column among those cut evenly enough; else the most even cut; else by position
-    col = np.where(even.any(axis=1), np.argmax(np.where(even, width, -1.0), axis=1),
-                   np.argmax(np.where(ok, smaller, -1), axis=1))
-    pos = ~ok.any(axis=1)
-    rows = np.arange(col.size)
-    m = medians[rows, col]
-    # new ids in fragment order: a fragment cut in two takes two consecutive ids
-    count = np.where(big, 2, 1)
-    base = np.cumsum(count) - count
-    every_col = np.full(ids.size, -1, dtype=np.int64)
-    every_col[big] = col
-    every = {"f": ids, "base": base, "col": every_col, "m": np.zeros(ids.size), "strict": np.zeros(ids.size, bool),
-             "pos": np.zeros(ids.size, bool), "half": n // 2}
-    every["m"][big] = np.nan_to_num(m)
-    every["strict"][big] = strict[rows, col]
-    every["pos"][big] = pos
-    return pa.table({k: pa.array(v) for k, v in every.items()})
-
-
-def fragment_bounds(table: TypedTable, by: Sequence[str], cut: Sequence[str], ctx: StepContext) -> pa.Table:
-    """One row per fragment: its id, records, strata values and each cut column's least and
-    greatest value (missing values not counted)."""
-    f = _q(FRAGMENT)
-    parts = [f"{f} AS fragment", "count(*)::BIGINT AS records"]
-    parts += [f"any_value({_q(c)}) AS {_q(c)}" for c in by]
-    for c in cut:
-        parts += [f"min({_q(c)}) AS {_q(c + '_min')}", f"max({_q(c)}) AS {_q(c + '_max')}"]
-    return _aggregate(ctx, f"SELECT {', '.join(parts)} FROM t GROUP BY {f}", "fragment", t=table)
-
-
-# -- grouping fragments for an algorithm --------------------------------------------------
+from ..api import Partition, StepContext, sql_ident
+from ..lineage import canonical_json
+from ..errors import InputError, RunError
+from ..schema import CLASS, FRAGMENT, ROW
+from ..steps.partition_step import aggregate_ordered, describe_sizes
+from ..store import duckdb_file, ident
+from ..table import ColumnDomain, TypedTable
+from .executors import Executor, FragmentResult, FragmentTask, WorkFolder, run_all, start_executor
 
 
 @dataclass
@@ -308,7 +46,7 @@ class Grouping:
 
 
 def fragment_sizes(table: TypedTable, ctx: StepContext) -> tuple[np.ndarray, np.ndarray]:
-    got = _aggregate(ctx, f"SELECT {_q(FRAGMENT)}, count(*)::BIGINT AS n FROM t GROUP BY 1", "1", t=table)
+    got = aggregate_ordered(ctx, f"SELECT {sql_ident(FRAGMENT)}, count(*)::BIGINT AS n FROM t GROUP BY 1", "1", t=table)
     return got.column(0).to_numpy(), got.column(1).to_numpy()
 
 
@@ -342,8 +80,8 @@ def fragment_groups(algo: Any, params: Mapping[str, Any], table: TypedTable, reg
     named = params.get("sensitive")
     if isinstance(named, str) and named in table.columns and named not in keep:
         keep.append(named)
-    cols = "".join(f", {_q(c)}" for c in keep)
-    freq = _aggregate(ctx, f"SELECT {_q(FRAGMENT)}{cols}, count(*)::BIGINT AS _af_n FROM t GROUP BY ALL",
+    cols = "".join(f", {sql_ident(c)}" for c in keep)
+    freq = aggregate_ordered(ctx, f"SELECT {sql_ident(FRAGMENT)}{cols}, count(*)::BIGINT AS _af_n FROM t GROUP BY ALL",
                       "ALL NULLS LAST", t=table)
     of_row = np.searchsorted(ids, freq.column(0).to_numpy())
     weights = freq.column("_af_n").to_numpy()
@@ -385,8 +123,8 @@ def keep_classes_together(groups: list[list[int]], sizes: list[int], table: Type
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    pairs = ctx.sql(f"SELECT DISTINCT x.{_q(CLASS)} AS c, t.{_q(FRAGMENT)} AS f FROM x JOIN t "
-                    f"ON x.{_q(ROW)} = t.{_q(ROW)} WHERE x.{_q(CLASS)} IS NOT NULL ORDER BY 1, 2", x=other, t=table)
+    pairs = ctx.sql(f"SELECT DISTINCT x.{sql_ident(CLASS)} AS c, t.{sql_ident(FRAGMENT)} AS f FROM x JOIN t "
+                    f"ON x.{sql_ident(ROW)} = t.{sql_ident(ROW)} WHERE x.{sql_ident(CLASS)} IS NOT NULL ORDER BY 1, 2", x=other, t=table)
     if pairs.num_rows == 0:
         return groups, sizes, None
     frags = np.array([f for members in groups for f in members], dtype=np.int64)
@@ -437,5 +175,260 @@ def merge_neighbours(groups: list[list[int]], sizes: list[int], bad: Sequence[in
     return [sorted(out[k]) for k in keys], [out_sizes[k] for k in keys]
 
 
-__all__ = ["partition", "Grouping", "fragment_groups", "merge_neighbours",
-           "fragment_bounds", "describe_sizes"]
+#: distinct notes of fragment groups copied into a partitioned step's notes
+NOTES_SHOWN = 3
+
+
+def _merged_claims(claims: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """What every fragment group claims: a model all of them claim with the same parameters,
+    or differing only in a size bound (``k``, ``l``, ``p``: the least holds for all)."""
+    out: dict[str, dict[str, Any]] = {}
+    for model in claims[0]:
+        given = [c.get(model) for c in claims]
+        if any(g is None or set(g) != set(given[0]) for g in given):
+            continue
+        merged: dict[str, Any] = {}
+        for key in given[0]:
+            values = [g[key] for g in given]
+            if all(v == values[0] for v in values):
+                merged[key] = values[0]
+            elif key in ("k", "l", "p") and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                merged[key] = min(values)
+            else:
+                break
+        else:
+            out[model] = merged
+    return out
+
+
+class FragmentRunning:
+    """The run loop's handling of partitioned tables (a part of :class:`anonflow.runner.loop.Runner`):
+    the executor, the work folders, and an algorithm run per fragment group and merged."""
+
+    store: Any
+    registry: Any
+    reporter: Any
+    executor_spec: Any
+    journal: Any
+    _executor: Executor | None
+    _out_dir: Path
+
+    def _executor_for(self, where: str) -> Executor:
+        if self._executor is None:
+            self._executor = start_executor(self.executor_spec, where=where, journal=self.journal)
+        return self._executor
+
+    def _close_executor(self, abort: bool = False) -> None:
+        """Stop the executor: wait for it, or (``abort``: the run failed or was interrupted)
+        kill its workers now."""
+        if self._executor is not None:
+            try:
+                if abort:
+                    self._executor.abort()
+                else:
+                    self._executor.close()
+            finally:
+                self._executor = None
+
+    def _work_folder(self, node: Any) -> WorkFolder:
+        parent = Path(self.executor_spec.work_dir) if self.executor_spec.work_dir else self._out_dir
+        if self.journal is not None:
+            self.journal.start()  # makes the output folder (with the user's modes) and the journal first
+        return WorkFolder(parent, node.name, self.journal)
+
+    def _run_fragments(self, node: Any, table: TypedTable, ctx: StepContext, where: str) -> TypedTable:
+        """Run an algorithm on a partitioned table: once per group of fragments on the
+        executor (or, for an algorithm that :meth:`~anonflow.api.Algorithm.summarizes`, its
+        summary per fragment, then once on the whole table with their sum)."""
+        algo = node.plugin.obj
+        if not algo.summarizes(node.params) and not algo.per_fragment:
+            ctx.note(f"{node.uses} does not run per fragment (its result is one for the whole table): it ran on the "
+                     "whole table, here")
+            whole = self._whole(table)
+            ctx.inputs = [whole, *ctx.inputs[1:]]
+            algo.check(node.params, table=whole)
+            return algo.run(whole, node.params, ctx)
+        executor = self._executor_for(where)
+        work = self._work_folder(node)
+        t0 = time.perf_counter()
+        clock = {"write": 0.0, "run": 0.0, "merge": 0.0}
+        try:
+            self.store.copy_fragments(table, work.path / "in0")
+            if algo.summarizes(node.params):
+                return self._run_summarized(node, table, ctx, executor, work, t0)
+            for i, other in enumerate(ctx.inputs[1:], 1):
+                self.store.copy_fragments(other, work.path / f"in{i}", by=table)
+            clock["write"] = time.perf_counter() - t0
+            grouping = fragment_groups(algo, node.params, table, self.registry, ctx)
+            domain = self._domain(table)
+            for line in grouping.notes:
+                ctx.note(line)
+            groups, sizes = grouping.groups, grouping.sizes
+            for other in ctx.inputs[1:]:
+                if CLASS in other.columns:  # e.g. refine's partition: its classes stay whole
+                    groups, sizes, note = keep_classes_together(groups, sizes, table, other, ctx)
+                    if note:
+                        ctx.note(note)
+            done: dict[tuple[int, ...], FragmentResult] = {}
+            issued = 0  # task numbers (and result files) stay unique across rounds
+            while True:
+                todo = [g for g in groups if tuple(g) not in done]
+                tasks = [self._task(node, ctx, work, g, issued + i, domain=domain) for i, g in enumerate(todo)]
+                issued += len(tasks)
+                advance = self.reporter.progress(sum(len(g) for g in todo), f"{node.name}: fragments")
+                t1 = time.perf_counter()
+                for g, res in zip(todo, run_all(executor, tasks, advance)):
+                    done[tuple(g)] = res
+                clock["run"] += time.perf_counter() - t1
+                bad = [i for i, g in enumerate(groups) if done[tuple(g)].infeasible]
+                if not bad:
+                    break
+                if len(bad) == len(groups):
+                    # no group passes the algorithm's check (a parameter it refuses, or data too
+                    # poor even for the largest group): merging cannot help; say why, as unpartitioned
+                    first = done[tuple(groups[0])]
+                    raise InputError(str(first.infeasible) + ("" if len(groups) == 1 else
+                                     f" (in every one of the {len(groups)} fragment groups)"), where=where)
+                first = done[tuple(groups[bad[0]])]
+                ctx.note(f"{len(bad)} fragment group(s) failed {node.uses}'s check (fragments "
+                         f"{'+'.join(map(str, first.fragments))}: {first.infeasible}); merged with a neighbour")
+                groups, sizes = merge_neighbours(groups, sizes, bad)
+            results = [done[tuple(g)] for g in groups]
+            t2 = time.perf_counter()
+            out = self._merge_results(node, table, results, ctx, where)
+            clock["merge"] = time.perf_counter() - t2
+        except BaseException:
+            self._close_executor(abort=True)  # no worker writes into the folder while it is removed
+            raise
+        finally:
+            work.remove()
+        busy = sum(r.seconds for r in results)
+        ctx.note(f"{node.uses} ran on {len(results)} fragment group(s) of {describe_sizes(np.asarray(sizes))} records "
+                 f"on {self.executor_spec.describe()}: fragments written in {clock['write']:.2f} s, run in "
+                 f"{clock['run']:.2f} s ({busy:.2f} s of work in {len({r.pid for r in results})} process(es)), merged "
+                 f"in {clock['merge']:.2f} s")
+        return out
+
+    def _domain(self, table: TypedTable) -> dict[str, ColumnDomain]:
+        """The quasi-identifiers over the whole table, for its fragments (``TypedTable.domain``):
+        a numeric column's range, mean and population deviation, a categorical one's sorted
+        distinct values -- computed by DuckDB (one thread: the sums are the same every time)."""
+        out: dict[str, ColumnDomain] = {}
+        for c in table.typing.quasi:
+            if c not in table.columns:
+                continue
+            q = ident(c)
+            typ = table.schema.field(c).type
+            numeric = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
+            if table.typing.get(c).type == "continuous" and numeric:
+                row = self.store.sql(f"SELECT min({q})::DOUBLE, max({q})::DOUBLE, avg({q}::DOUBLE), "
+                                     f"stddev_pop({q}::DOUBLE) FROM t", t=table).to_pylist()[0]
+                lo, hi, mean, std = row.values()
+                out[c] = ColumnDomain(lo=lo, hi=hi, mean=mean, std=std)
+            else:
+                values = self.store.sql(f"SELECT DISTINCT {q} AS v FROM t WHERE {q} IS NOT NULL", t=table).column(0)
+                values = values.combine_chunks()
+                if pa.types.is_dictionary(values.type):
+                    values = values.dictionary_decode()
+                out[c] = ColumnDomain(values=values.take(pc.array_sort_indices(values)))
+        return out
+
+    def _task(self, node: Any, ctx: StepContext, work: WorkFolder, group: list[int], index: int,
+              mode: str = "run", domain: dict[str, ColumnDomain] | None = None) -> FragmentTask:
+        inputs = []
+        for i, t in enumerate(ctx.inputs if mode == "run" else ctx.inputs[:1]):
+            files = [f for frag in group for f in work.files(i, frag)]
+            inputs.append({"files": files, "typing": t.typing, "claims": t.claims, "hierarchies": t.hierarchies,
+                           "domain": (domain or {}) if i == 0 else {}})
+        return FragmentTask(step=node.name, algorithm=node.uses, version=node.version, params=dict(node.params),
+                            seed=ctx.seed, fragments=list(group), inputs=inputs,
+                            out_path=work.result(index, mode),
+                            mode=mode, index=index)
+
+    def _merge_results(self, node: Any, table: TypedTable, results: list[FragmentResult], ctx: StepContext,
+                       where: str) -> TypedTable:
+        """The groups' results as one table in the store: class ids made global (each group's
+        offset by the classes before it), the columns the algorithm changed taken from the
+        results, the others from the input."""
+        first = results[0]
+        for res in results[1:]:
+            if not res.schema.equals(first.schema) or res.typing != first.typing \
+                    or {c: h.hash for c, h in res.hierarchies.items()} != \
+                    {c: h.hash for c, h in first.hierarchies.items()}:
+                raise RunError(f"algorithm {node.uses!r} gave fragments {res.fragments} another schema, typing or "
+                               f"hierarchies than fragments {first.fragments}; its results cannot be merged",
+                               where=where)
+        changed = [c for c in first.schema.names if any(c in r.columns for r in results)]
+        offsets = np.cumsum([0] + [r.classes for r in results[:-1]]).astype(np.int64)
+        flags = {f"_af_has{i}": pa.array([c in r.columns for r in results]) for i, c in enumerate(changed)}
+        o = pa.table({"_af_file": pa.array([r.path for r in results]), "_af_off": pa.array(offsets), **flags})
+        select = []
+        for c in first.schema.names:
+            q = ident(c)
+            if c == ROW:
+                select.append(f"t.{q}")
+            elif c == CLASS:
+                select.append(f"(r.{q} + o._af_off) AS {q}")
+            elif c in changed:
+                i = changed.index(c)
+                whole = all(c in r.columns for r in results)
+                select.append(f"r.{q}" if whole else f"CASE WHEN o._af_has{i} THEN r.{q} ELSE t.{q} END AS {q}")
+            else:
+                select.append(f"t.{q}")
+        out = self.store.read_results(f"SELECT {', '.join(select)} FROM t JOIN r ON t.{ident(ROW)} = r.{ident(ROW)} "
+                                      "JOIN o ON r.filename = o._af_file", [r.path for r in results], t=table, o=o)
+        claims = _merged_claims([r.claims for r in results])
+        dropped = sorted(set().union(*[set(r.claims) for r in results]) - set(claims))
+        if dropped:
+            ctx.note(f"claim(s) {', '.join(dropped)} made by some fragment groups only (or with parameters that "
+                     "cannot be combined) dropped")
+        # what the groups fitted: a value every group recorded alike is the step's
+        fitted: dict[str, list[str]] = {}
+        for res in results:
+            for name, value in res.fitted.items():
+                fitted.setdefault(name, []).append(canonical_json(value, strict=True))
+        for name, texts in sorted(fitted.items()):
+            if len(texts) == len(results) and len(set(texts)) == 1:
+                ctx.record_fitted(name, results[0].fitted[name])
+            else:
+                ctx.note(f"fitted value {name!r} recorded differently (or not at all) by the fragment groups: not "
+                         "recorded for the step")
+        # the groups' own notes: each distinct one once, with how many groups made it
+        notes: dict[str, list[int]] = {}
+        for res in results:
+            for line in res.notes:
+                notes.setdefault(line, []).append(res.fragments[0])
+        for line, firsts in list(notes.items())[:NOTES_SHOWN]:
+            who = "every fragment group" if len(firsts) == len(results) else \
+                f"{len(firsts)} of {len(results)} fragment groups (the first from fragment {firsts[0]})"
+            ctx.note(f"{who}: {line}")
+        if len(notes) > NOTES_SHOWN:
+            ctx.note(f"{len(notes) - NOTES_SHOWN} other distinct note(s) of fragment groups not shown")
+        return TypedTable(None, first.typing, claims, first.hierarchies, stored=out.stored)
+
+    def _whole(self, table: TypedTable) -> TypedTable:
+        """The partitioned table without its ``_fragment`` column (a view: nothing is copied)."""
+        whole = self.store.derive_table(f"SELECT * EXCLUDE ({ident(FRAGMENT)}) FROM t", view=True, t=table)
+        return whole.replace(typing=table.typing, claims=table.claims, hierarchies=table.hierarchies)
+
+    def _run_summarized(self, node: Any, table: TypedTable, ctx: StepContext, executor: Executor,
+                        work: WorkFolder, t0: float) -> TypedTable:
+        """Each fragment's summary where it lies, summed by DuckDB; then one run on the
+        whole table (without its ``_fragment`` column) with the sum as ``ctx.summary``."""
+        algo = node.plugin.obj
+        ids = [int(i) for i in self.store.sql(f"SELECT DISTINCT {ident(FRAGMENT)} FROM t ORDER BY 1",
+                                              t=table).column(0).to_pylist()]
+        tasks = [self._task(node, ctx, work, [f], i, mode="summarize") for i, f in enumerate(ids)]
+        advance = self.reporter.progress(len(tasks), f"{node.name}: fragment summaries")
+        results = run_all(executor, tasks, advance)
+        files = [r.path for r in results]
+        listed = ", ".join(f"'{duckdb_file(f).replace(chr(39), chr(39) * 2)}'" for f in files)
+        summary = self.store.sql(f"SELECT * EXCLUDE (_af_n), sum(_af_n)::BIGINT AS _af_n FROM read_parquet([{listed}]) "
+                                 "GROUP BY ALL ORDER BY ALL NULLS LAST")
+        ctx.note(f"{node.uses}: summaries of {len(ids)} fragment(s) on {self.executor_spec.describe()} summed into "
+                 f"{summary.num_rows:,} rows in {time.perf_counter() - t0:.1f} s")
+        whole = self._whole(table)
+        ctx.inputs = [whole, *ctx.inputs[1:]]
+        ctx.summary = summary
+        algo.check(node.params, table=whole)
+        return algo.run(whole, node.params, ctx)

@@ -14,14 +14,14 @@ from typing import Any
 
 import networkx as nx
 
-from . import __version__
-from .builtins import BUILTINS, StaticInput
-from .errors import AnonflowError, InputError, WorkflowError
-from .params import ParamError, suggest, validate_params
-from .plugins import Registered, Registry
-from .schema import CLASS, FRAGMENT, ROW
-from .spec import SourceSpec, WorkflowSpec
-from .store import describe_source
+from .. import __version__
+from ..errors import AnonflowError, InputError, WorkflowError
+from ..params import metric_entries, suggest, validate_params
+from ..plugins import Registered, Registry
+from ..schema import FRAGMENT, ROW
+from ..spec import SourceSpec, WorkflowSpec
+from ..steps import BUILTINS, StaticInput, step_of
+from ..store import describe_source
 
 
 @dataclass
@@ -95,7 +95,7 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             raise WorkflowError(f"unknown step or algorithm {step.uses!r}{_uses_hint(step.uses, registry)}",
                                 where=where)
         known = list(spec.sources) + list(spec.steps)
-        node.refs = tuple(dict.fromkeys(_references(node, step.params, registry, where)))
+        node.refs = tuple(dict.fromkeys(step_of(node).references(node, step.params, registry, where)))
         for ref in node.refs:
             if ref not in known:
                 raise WorkflowError(f"a parameter names the table {ref!r}, which is neither a source nor a step"
@@ -119,27 +119,23 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
         raise WorkflowError(f"the steps form a cycle: {path}", where=str(spec.path))
 
     def priority(n: str) -> tuple:
-        node = nodes[n]
         # sources first; publishing last, so that evaluation (and its thresholds) gate it
-        rank = 0 if node.kind == "source" else (2 if node.kind == "publish" else 1)
         index = spec.steps[n].index if n in spec.steps else list(spec.sources).index(n)
-        return (rank, index)
+        return (step_of(nodes[n]).stage, index)
 
     order = list(nx.lexicographical_topological_sort(graph, key=priority))
-    order = [n for n in order if nodes[n].kind == "source" and graph.out_degree(n) > 0 or nodes[n].kind != "source"]
+    order = [n for n in order if not step_of(nodes[n]).only_when_read or graph.out_degree(n) > 0]
 
     for n in order:
         node = nodes[n]
-        if node.kind == "source":
+        step = step_of(node)
+        if step.loads:
             if check_columns:
                 node.columns = (ROW, *[c for c, _ in _describe(spec, node.source)])
             continue
         where = spec.where(f"step {n!r}")
         ins = [nodes[i] for i in node.inputs]
-        if node.kind == "algorithm":
-            lo = hi = node.plugin.obj.inputs
-        else:
-            lo, hi = BUILTINS[node.uses].min_inputs, BUILTINS[node.uses].max_inputs
+        lo, hi = step.input_range(node)
         if not lo <= len(ins) <= hi:
             want = f"{lo}" if lo == hi else f"{lo} to {hi}"
             raise WorkflowError(f"{node.uses} takes {want} input(s), got {len(ins)}", where=where)
@@ -147,58 +143,14 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             if i.produces != "table":
                 raise WorkflowError(f"input {i.name!r} is a {i.uses} step and produces no table", where=where)
         static = [StaticInput(i.name, i.columns, i.typed) for i in ins]
-        given = spec.steps[n].params
-        if node.kind == "algorithm":
-            if not all(i.typed for i in static):
-                raise WorkflowError(f"algorithm {node.uses!r} needs a typed table: add a typing step "
-                                    f"between {static[0].name!r} and {n!r}", where=where)
-            try:
-                node.params = validate_params(node.plugin.obj.params, given)
-            except ParamError as exc:
-                raise WorkflowError(str(exc), where=where) from None
-            node.columns = None if static[0].columns is None else (*static[0].columns, CLASS)
-            node.typed = True
-        else:
-            b = BUILTINS[node.uses]
-            node.params = b.check_params(given, registry, where, spec.base_dir)
-            node.columns = b.validate(node.params, static, registry, where)
-            node.typed = node.kind in ("typing", "hierarchy") or \
-                (node.kind in ("filter", "sample", "partition") and static[0].typed)
+        step.plan(node, spec.steps[n].params, static, registry, where, spec.base_dir)
     return Plan(spec=spec, graph=graph, order=order, nodes=nodes)
-
-
-def _references(node: Node, given: Any, registry: Registry, where: str) -> list[str]:
-    """The tables a step's plugins name by parameters of kind ``step`` (an evaluate step's
-    metrics; an algorithm, and what its :meth:`~anonflow.api.Algorithm.references` adds),
-    read from the parameters as written (they are validated later)."""
-    from .builtins import metric_entries
-
-    given = given if isinstance(given, dict) else {}
-    found: list[str] = []
-
-    def take(params: Any, values: Any) -> None:
-        if isinstance(values, dict):
-            found.extend(str(values[p.name]) for p in params
-                         if p.kind == "step" and isinstance(values.get(p.name), str))
-
-    if node.kind == "evaluate" and "metrics" in given:
-        for name, mparams in metric_entries(given["metrics"], where):
-            if registry.has("metric", name):
-                take(registry.get("metric", name).obj.params, mparams)
-    elif node.kind == "algorithm" and node.plugin is not None:
-        algo = node.plugin.obj
-        take(algo.params, given)
-        try:
-            found.extend(str(r) for r in algo.references(given) or [])
-        except (TypeError, ValueError, KeyError, AttributeError):  # malformed parameters: validation says so
-            pass
-    return found
 
 
 def fragment_plan(algo: Any, params: dict[str, Any], table: Any, registry: Registry, store: Any) -> list[str]:
     """What ``anonflow plan`` says of an algorithm fed by a partitioned table: how it will
     run on the fragments, and which fragments it merges with neighbours first."""
-    from .api import StepContext
+    from ..api import StepContext
     from .fragments import describe_sizes, fragment_groups
 
     if algo.summarizes(params):
@@ -241,11 +193,6 @@ def plan_json(plan: Plan, previews: dict[str, Any]) -> dict[str, Any]:
     return {"workflow": plan.spec.name, "seed": plan.spec.seed, "steps": steps}
 
 
-#: step kinds that only prepare data: ``anonflow plan`` runs them (in memory) to show what the
-#: algorithms will face.
-PREPARATION = ("source", "typing", "filter", "sample", "hierarchy", "partition")
-
-
 def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
     """What ``anonflow plan`` shows beyond the parameters, computed on the data in a
     throw-away in-memory store (nothing is written anywhere).
@@ -259,18 +206,18 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
     :meth:`~anonflow.api.Algorithm.describe_plan` lines (the lattice's size, for one). Each
     evaluate step's metrics are checked against the previewed tables (see :func:`_check_metrics`):
     a metric needing a grading or a label the typing lacks fails the plan."""
-    from .runner import Runner
-    from .store import Store
+    from ..store import Store
+    from .loop import Runner
 
     ready: list[str] = []
     for name in plan.order:
         node = plan.nodes[name]
-        if node.kind in PREPARATION and all(i in ready for i in node.inputs):
+        if step_of(node).preparation and all(i in ready for i in node.inputs):
             ready.append(name)
-    algorithms = [n for n in plan.order if plan.nodes[n].kind == "algorithm"
+    algorithms = [n for n in plan.order if step_of(plan.nodes[n]).runs_fragments
                   and all(i in ready for i in plan.nodes[n].inputs)]
     out: dict[str, Any] = {}
-    if not any(plan.nodes[n].kind != "source" for n in ready):
+    if not any(not step_of(plan.nodes[n]).loads for n in ready):
         return out
     scratch = Store(":memory:")
     try:
@@ -282,19 +229,11 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
             raise
         tables = {s["step"]: s for s in scratch.steps(run.run_id)}
         for name in ready:
-            node = plan.nodes[name]
-            if node.kind == "typing":
-                rec = tables[name]
-                summary = dict(rec["summary"] or {})
-                notes = summary.pop("notes", [])
-                out[name] = {"typing": scratch.get(rec["output_table"]).typing, "summary": summary, "notes": notes}
-            elif node.kind == "hierarchy":
-                summary = tables[name]["summary"] or {}
-                out[name] = {"hierarchies": summary.get("hierarchies", {}), "notes": summary.get("notes", [])}
-            elif node.kind == "partition":
-                summary = dict(tables[name]["summary"] or {})
-                out[name] = {"fragments": {k: summary.get(k) for k in ("fragments", "sizes", "cuts")},
-                             "notes": summary.get("notes", [])}
+            rec = tables[name]
+            shown = step_of(plan.nodes[name]).preview(dict(rec["summary"] or {}),
+                                                      lambda rec=rec: scratch.get(rec["output_table"]))
+            if shown is not None:
+                out[name] = shown
         for name in algorithms:
             node = plan.nodes[name]
             where = plan.spec.where(f"step {name!r}")
@@ -310,24 +249,22 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
             out[name] = {"notes": notes}
         for name in plan.order:
             load = (lambda step: scratch.get(tables[step]["output_table"]))
-            if plan.nodes[name].kind == "evaluate":
+            if step_of(plan.nodes[name]).produces == "metrics":
                 _check_metrics(plan, registry, name, ready, load)
-            elif plan.nodes[name].kind == "publish":
+            elif step_of(plan.nodes[name]).produces == "files":
                 _check_publisher(plan, registry, name, ready, load)
     finally:
         scratch.close()
     return out
 
 
-#: steps that keep the typing of their (first) input: a metric's check may read the typing
-#: of the table that goes into them in place of their output, which does not exist at plan time.
-KEEPS_TYPING = ("algorithm", "filter", "sample", "partition")
-
-
 def _typed_upstream(plan: Plan, step: str, ready: list[str]) -> str | None:
     """The previewed step whose typing ``step``'s output keeps (through algorithms, filters,
     samples and partitions), or None."""
-    while step not in ready and plan.nodes[step].kind in KEEPS_TYPING and plan.nodes[step].inputs:
+    # steps that keep the typing of their (first) input (Step.keeps_typing): a metric's check may
+    # read the typing of the table that goes into them in place of their output, which does not
+    # exist at plan time
+    while step not in ready and step_of(plan.nodes[step]).keeps_typing and plan.nodes[step].inputs:
         step = plan.nodes[step].inputs[0]
     return step if step in ready else None
 
@@ -346,7 +283,7 @@ def _check_publisher(plan: Plan, registry: Registry, name: str, ready: list[str]
         if up is None:
             return
         tables = {"typed": load(up)}
-    own, reg, rest = BUILTINS["publish"].validate_all(node.params, registry, where)
+    own, reg, rest = step_of(node).validate_all(node.params, registry, where)
     try:
         reg.obj.check(rest, **tables)
     except AnonflowError as exc:
@@ -377,8 +314,6 @@ def _check_metrics(plan: Plan, registry: Registry, name: str, ready: list[str], 
             tables["typed"] = load(up)
     if not tables:
         return
-    from .builtins import metric_entries
-
     for metric, given in metric_entries(node.params["metrics"], where):
         reg = registry.get("metric", metric, where=where)
         try:

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from anonflow.api import (ROW, InputError, Partition, StepContext, TypedTable, generalization, numeric_column,
                           sql_ident)
-from anonflow.builtins import MISSING_CATEGORY
+from anonflow.schema import MISSING_CATEGORY
 from anonflow.grading import Grading
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def sensitive_codes(table: TypedTable, column: str, plugin: str) -> np.ndarray:
 #
 # The policy (docs/algorithms.md, "Missing values"): a missing sensitive value is never a
 # distinct value and never diversity. Under the typing step's ``missing: category`` a missing
-# value of a text column is the category ``?`` (:data:`anonflow.builtins.MISSING_CATEGORY`);
+# value of a text column is the category ``?`` (:data:`anonflow.schema.MISSING_CATEGORY`);
 # the typing records that mode, so the marker is known from it, never guessed from the data.
 # Under ``error`` and ``drop`` no missing value is left in a typed table.
 

@@ -1,4 +1,4 @@
-"""Where the fragments of a partitioned table are processed: executors.
+"""Where the fragments of a partitioned table are processed: the executors' common part.
 
 An algorithm step fed by a partitioned table (the ``partition`` step) is cut into tasks, one
 per group of fragments (:class:`FragmentTask`). Each task reads its fragment's records from
@@ -21,9 +21,9 @@ Tasks carry no seed of their own: each derives its generator from the step's see
 first fragment of its group, so the result does not depend on which worker ran it, or when.
 """
 
+
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -32,110 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .errors import AnonflowWarning, InputError, RunError
-
-KINDS = ("local", "processes", "dask")
-
-#: at most this many worker processes per core (``processes:N``, a LocalCluster's ``dask:N``):
-#: more only adds memory and start-up time, and thousands exhaust the process table
-WORKERS_PER_CORE = 4
-
-
-def most_workers() -> int:
-    """The most worker processes anonflow starts on this machine."""
-    return WORKERS_PER_CORE * (os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class ExecutorSpec:
-    """How fragments are run: ``kind`` local | processes | dask; ``workers`` for processes
-    and a LocalCluster; ``address`` a Dask scheduler; ``work_dir`` the folder fragments travel
-    through (default: a private folder inside the output folder, removed after each step)."""
-
-    kind: str = "local"
-    workers: int | None = None
-    address: str | None = None
-    work_dir: str | None = None
-
-    def describe(self) -> str:
-        if self.kind == "local":
-            return "local"
-        if self.kind == "processes":
-            return f"processes:{self.workers}"
-        return f"dask:{self.address}" if self.address else \
-            f"dask (LocalCluster of {self.workers} worker{'s' if self.workers != 1 else ''})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in {"kind": self.kind, "workers": self.workers, "address": self.address,
-                                  "work_dir": self.work_dir}.items() if v is not None}
-
-    def merged(self, other: "ExecutorSpec | None") -> "ExecutorSpec":
-        """``other`` (the command line's) where given, keeping this one's work folder."""
-        if other is None:
-            return self
-        return ExecutorSpec(other.kind, other.workers, other.address, other.work_dir or self.work_dir)
-
-
-_ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc|ws|wss)://[^\s]+$")
-
-
-def parse_executor(text: Any, where: str) -> ExecutorSpec:
-    """``local``, ``processes:N``, ``dask``, ``dask:N`` or ``dask:tcp://host:port``."""
-    if not isinstance(text, str) or not text.strip():
-        raise InputError(f"expected local, processes:N or dask[:ADDRESS], got {text!r}", where=where)
-    kind, _, rest = text.strip().partition(":")
-    return executor_spec({"kind": kind, **({"address": rest} if rest and not rest.isdigit() else {}),
-                          **({"workers": int(rest)} if rest.isdigit() else {})}, where)
-
-
-def executor_spec(data: Any, where: str, base: Path | None = None) -> ExecutorSpec:
-    """The ``executor:`` block of a workflow (a string as for ``--executor``, or a mapping with
-    ``kind``, ``workers``, ``address``, ``work_dir``)."""
-    if isinstance(data, str):
-        return parse_executor(data, where)
-    if not isinstance(data, dict):
-        raise InputError(f"expected local, processes:N, dask[:ADDRESS] or a mapping with kind, workers, address, "
-                         f"work_dir; got {data!r}", where=where)
-    unknown = sorted(set(data) - {"kind", "workers", "address", "work_dir"})
-    if unknown:
-        raise InputError(f"unknown key {unknown[0]!r}; expected kind, workers, address, work_dir", where=where)
-    kind = data.get("kind", "local")
-    if kind not in KINDS:
-        raise InputError(f"unknown executor {kind!r}; expected one of {', '.join(KINDS)}", where=where)
-    workers = data.get("workers")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 4096):
-        raise InputError(f"'workers' must be a whole number from 1 to 4096, got {workers!r}", where=where)
-    address = data.get("address")
-    if address is not None:
-        if kind != "dask":
-            raise InputError(f"an address is for the dask executor, not {kind}", where=where)
-        if not isinstance(address, str) or not _ADDRESS.match(address):
-            raise InputError(f"expected a Dask scheduler address such as tcp://host:8786, got {address!r}",
-                             where=where)
-        if workers is not None:
-            raise InputError("give a scheduler address or a number of workers, not both", where=where)
-    work_dir = data.get("work_dir")
-    if work_dir is not None:
-        if not isinstance(work_dir, str) or not work_dir or "\0" in work_dir:
-            raise InputError(f"'work_dir' must be a folder, got {work_dir!r}", where=where)
-        if base is not None and not os.path.isabs(work_dir):
-            work_dir = str(base / work_dir)
-    if kind == "local":
-        if workers not in (None, 1):
-            raise InputError("the local executor runs one fragment at a time; use processes:N for N workers",
-                             where=where)
-        workers = None
-    elif kind == "processes" or (kind == "dask" and address is None):
-        workers = workers or (os.cpu_count() or 1)
-        if workers > most_workers():
-            import warnings
-
-            warnings.warn(f"{where}: {workers} worker processes asked for, {most_workers()} started "
-                          f"({WORKERS_PER_CORE} per core on this machine's {os.cpu_count() or 1}); more would "
-                          "only add memory and start-up time", AnonflowWarning, stacklevel=2)
-            workers = most_workers()
-    return ExecutorSpec(kind, workers, address, work_dir)
-
+from ...errors import RunError
+from ...executor_spec import ExecutorSpec
 
 # -- tasks ---------------------------------------------------------------------------------
 
@@ -188,7 +86,7 @@ def _read(files: list[str]) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .schema import ROW
+    from ...schema import ROW
 
     parts = [pq.ParquetFile(f).read() for f in files]
     data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -214,7 +112,7 @@ class _LazyStore:
     def _store(self) -> Any:
         global _STORE
         if _STORE is None:
-            from .store import Store
+            from ...store import Store
 
             _STORE = Store(":memory:")
             _STORE.con.execute("SET threads = 1")
@@ -249,11 +147,11 @@ def run_fragment(task: FragmentTask) -> FragmentResult:
     import numpy as np
     import pyarrow as pa
 
-    from .api import StepContext
-    from .errors import AnonflowError
-    from .plugins import get_registry
-    from .schema import CLASS, ROW
-    from .table import TypedTable
+    from ...api import StepContext
+    from ...errors import AnonflowError
+    from ...plugins import get_registry
+    from ...schema import CLASS, ROW
+    from ...table import TypedTable
 
     t0 = time.perf_counter()
     registry = get_registry()
@@ -340,201 +238,6 @@ class Executor:
         self.close()
 
 
-class LocalExecutor(Executor):
-    def __init__(self, spec: ExecutorSpec) -> None:
-        self.spec = spec
-
-    def map(self, tasks: list[FragmentTask]) -> Iterator[FragmentResult]:
-        for task in tasks:
-            yield run_fragment(task)
-
-
-def _die_with_parent(parent: int) -> None:
-    """A worker process's initializer: end with the run's process even when that one is
-    killed outright (SIGKILL leaves no chance to stop the workers). Linux asks the kernel
-    (``PR_SET_PDEATHSIG``); elsewhere a worker of a dead run ends at its next task."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
-
-
-@contextlib.contextmanager
-def _main_not_reimported() -> Iterator[None]:
-    """Start worker processes without their importing the caller's main script when it is no
-    file (a script piped to ``python -``, whose ``__main__.__file__`` is ``<stdin>``): a
-    spawned worker re-runs the main module's file, and one named ``<stdin>`` cannot be found,
-    so every worker died at start. The tasks need only anonflow and the plugins."""
-    import sys
-
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if main is None or path is None or getattr(main, "__spec__", None) is not None or os.path.isfile(path):
-        yield
-        return
-    del main.__file__
-    try:
-        yield
-    finally:
-        main.__file__ = path
-
-
-class ProcessExecutor(Executor):
-    """N processes (spawned: a forked copy of a process holding a DuckDB connection and its
-    threads is unsafe). A worker that dies breaks the pool; the unfinished tasks then run
-    again on a new one, at most ``retries`` times. When the run is interrupted
-    (:meth:`abort`) the workers are killed, not waited for; they also die with the run's
-    process (:func:`_die_with_parent`)."""
-
-    retries = 3
-
-    def __init__(self, spec: ExecutorSpec) -> None:
-        self.spec = spec
-        self.pool: Any = None
-
-    def _pool(self) -> Any:
-        if self.pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            self.pool = ProcessPoolExecutor(max_workers=self.spec.workers,
-                                            mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_die_with_parent, initargs=(os.getpid(),))
-        return self.pool
-
-    def map(self, tasks: list[FragmentTask]) -> Iterator[FragmentResult]:
-        from concurrent.futures import FIRST_COMPLETED, wait
-        from concurrent.futures.process import BrokenProcessPool
-
-        pending = {t.index: t for t in tasks}
-        broken = 0
-        while pending:
-            pool = self._pool()
-            with _main_not_reimported():  # workers start as tasks are submitted
-                futures = {pool.submit(run_fragment, t): i for i, t in pending.items()}
-            try:
-                waiting = set(futures)
-                while waiting:
-                    done, waiting = wait(waiting, return_when=FIRST_COMPLETED)
-                    for fut in sorted(done, key=lambda f: futures[f]):
-                        if isinstance(fut.exception(), BrokenProcessPool):
-                            raise fut.exception()  # type: ignore[misc]
-                        res = fut.result()
-                        pending.pop(futures[fut], None)
-                        yield res
-            except BrokenProcessPool:
-                broken += 1
-                self.pool.shutdown(wait=False, cancel_futures=True)
-                self.pool = None
-                if broken > self.retries:
-                    raise RunError(f"worker processes died {broken} time(s) running fragments; {len(pending)} fragment "
-                                   "group(s) could not be run (out of memory, or workers that cannot start: see the "
-                                   "system log)") from None
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
-
-    def abort(self) -> None:
-        """Kill the workers (the run was interrupted: their tasks' results are not wanted)."""
-        pool, self.pool = self.pool, None
-        if pool is None:
-            return
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        for p in processes:
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                p.kill()
-        pool.shutdown(wait=True, cancel_futures=True)
-        for p in processes:
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                p.join(5)
-
-
-class DaskExecutor(Executor):
-    """A ``distributed`` client: of a scheduler at ``address``, or of a LocalCluster of
-    worker processes started here (and stopped by :meth:`close`)."""
-
-    def __init__(self, spec: ExecutorSpec, where: str = "", journal: Any = None) -> None:
-        self.spec = spec
-        self.journal = journal
-        try:
-            import logging
-
-            from distributed import Client, LocalCluster
-        except ImportError:
-            raise InputError("the dask executor needs Dask's distributed: pip install 'anonflow[dask]'",
-                             where=where) from None
-        self.cluster = None
-        self._local: str | None = None
-        if spec.address:
-            try:
-                self.client = Client(spec.address, timeout="5s", set_as_default=False)
-            except (OSError, TimeoutError) as exc:
-                raise InputError(f"cannot reach the Dask scheduler at {spec.address}: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                                 where=where) from None
-        else:
-            import tempfile
-
-            from .cleanup import private_folder
-            from .egress import local_cluster_security
-
-            security = local_cluster_security()  # TLS, throw-away credentials: no other process joins
-            # the workers spill the fragments they hold (original records) here: owner-only, removed on
-            # close, journaled first (removed after a kill too)
-            self._local = str(private_folder(tempfile.gettempdir(), "anonflow-dask-", journal, "dask"))
-            self.cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True,
-                                        dashboard_address=None, silence_logs=logging.ERROR,
-                                        local_directory=self._local, security=security)
-            self.client = Client(self.cluster, security=security, set_as_default=False)
-
-    def map(self, tasks: list[FragmentTask]) -> Iterator[FragmentResult]:
-        from distributed import as_completed
-
-        futures = [self.client.submit(run_fragment, t, key=f"anonflow-{t.step}-{t.index}-{os.urandom(4).hex()}",
-                                      pure=False) for t in tasks]
-        try:
-            for fut in as_completed(futures, loop=self.client.loop):
-                try:
-                    yield fut.result()
-                except Exception as exc:
-                    if type(exc).__name__ == "KilledWorker":
-                        raise RunError(f"Dask workers died running a fragment group again and again ({exc}); "
-                                       "out of memory?") from None
-                    raise
-        finally:
-            for fut in futures:
-                fut.release()
-
-    def close(self) -> None:
-        try:
-            self.client.close()
-        finally:
-            try:
-                if self.cluster is not None:
-                    self.cluster.close()
-            finally:
-                if self._local is not None:
-                    shutil.rmtree(self._local, ignore_errors=True)
-                    if self.journal is not None and not os.path.lexists(self._local):
-                        self.journal.removed(self._local)
-
-
-def start_executor(spec: ExecutorSpec, where: str = "", journal: Any = None) -> Executor:
-    """``journal`` (:class:`anonflow.cleanup.Journal`): where folders the executor creates
-    (a LocalCluster's local folder) are recorded before they are made."""
-    if spec.kind == "processes":
-        return ProcessExecutor(spec)
-    if spec.kind == "dask":
-        return DaskExecutor(spec, where, journal=journal)
-    return LocalExecutor(spec)
-
 
 class WorkFolder:
     """A private folder the fragments and results of one step travel through: created inside
@@ -542,7 +245,7 @@ class WorkFolder:
     whatever happened."""
 
     def __init__(self, parent: Path, step: str, journal: Any = None) -> None:
-        from .cleanup import private_folder
+        from ...cleanup import private_folder
 
         parent.mkdir(parents=True, exist_ok=True)
         self.journal = journal

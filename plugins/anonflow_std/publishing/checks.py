@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from anonflow.api import RunInfo, StepContext, TypedTable
-from anonflow.builtins import metric_entries
+from anonflow.params import metric_entries
 from anonflow.errors import InputError
 from anonflow.lineage import canonical_json
 from anonflow.params import ParamError, validate_params

@@ -687,7 +687,7 @@ class Release(Publisher):
               registry: Any, target: Path, key: Any = None) -> dict[str, Any]:
         """Write the release into the (temporary) directory ``out``; return its manifest. With
         ``key`` (an Ed25519 private key), also ``manifest.sig``, the signature of the manifest's bytes."""
-        from anonflow.runner import relative_paths
+        from anonflow.params import relative_paths
 
         base = info.workflow_dir
         cur = info.current or {}
@@ -781,7 +781,7 @@ class Release(Publisher):
     @staticmethod
     def _step(s: Mapping[str, Any], info: RunInfo, base: Path, release_dir: Path,
               declared: Mapping[str, str]) -> dict[str, Any]:
-        from anonflow.runner import relative_paths
+        from anonflow.params import relative_paths
 
         params = _unsigned_params(s.get("params")) if s["kind"] == "publish" else dict(s.get("params") or {})
         if s["kind"] == "source":

@@ -29,7 +29,7 @@ import networkx as nx
 import numpy as np
 
 from anonflow.api import CLASS, ROW, InputError, PurgedError, RunError, RunInfo, TypedTable, sql_ident
-from anonflow.builtins import metric_entries
+from anonflow.params import metric_entries
 from anonflow.lineage import canonical_json
 
 from .. import __version__

@@ -882,7 +882,7 @@ def _rerun(release: Path, manifest: Mapping[str, Any], f: Findings, registry: An
 
 def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, registry: Any, *, db: Path | None,
                     sources: Path | None) -> None:
-    from anonflow.dag import build_plan
+    from anonflow.runner.plan import build_plan
     from anonflow.errors import AnonflowError
     from anonflow.runner import Runner
     from anonflow.spec import _set_path, load_workflow
