@@ -1188,7 +1188,7 @@ class EngineBug(AssertionError):
 
 
 def test_the_plan_does_not_connect_to_the_scheduler(tmp_path, monkeypatch):
-    from anonflow import runner
+    from anonflow.runner import fragments as runner
     from anonflow.errors import InputError
 
     started = []

@@ -213,9 +213,12 @@ class FragmentRunning:
     _executor: Executor | None
     _out_dir: Path
 
-    def _executor_for(self, where: str) -> Executor:
+    def _executor_for(self, where: str, journaled: bool = True) -> Executor:
+        """The run's executor, started on first use (``journaled``: the folders it makes are
+        recorded in the run's journal; a scheduler is reached before the journal exists)."""
         if self._executor is None:
-            self._executor = start_executor(self.executor_spec, where=where, journal=self.journal)
+            self._executor = start_executor(self.executor_spec, where=where, **(
+                {"journal": self.journal} if journaled else {}))
         return self._executor
 
     def _close_executor(self, abort: bool = False) -> None:

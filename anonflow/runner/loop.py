@@ -25,7 +25,6 @@ from ..spec import RETAIN, Resources, WorkflowSpec
 from ..steps import SourceRun, StepRun, step_of
 from ..store import SCHEMA_VERSION, Artifact, DatabaseError, OutOfMemory, Store
 from ..table import TypedTable
-from .executors import start_executor
 from .fingerprint import Fingerprint, step_plugins
 from .fragments import FragmentRunning
 from .output_checks import check_outputs
@@ -258,8 +257,8 @@ class Runner(FragmentRunning):
         if self.executor_spec.address and any(step_of(plan.nodes[n]).cuts_fragments for n in plan.order) \
                 and any(step_of(plan.nodes[n]).runs_fragments for n in plan.order):
             # a scheduler that cannot be reached fails the run before anything runs
-            self._executor = start_executor(self.executor_spec, where="--executor" if self.executor_override
-                                            and self.executor_override.address else spec.where("executor"))
+            self._executor_for("--executor" if self.executor_override and self.executor_override.address
+                               else spec.where("executor"), journaled=False)
         run_id = self.store.begin_run(workflow=spec.name, path=str(spec.path), text=spec.text,
                                       text_hash=spec.text_hash, seed=spec.seed,
                                       overrides=[list(o) for o in spec.overrides], versions=versions(self.registry))
