@@ -35,6 +35,7 @@ import shutil
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Iterable
 
+from .cleanup import private_folder
 from .errors import InputError, RunError, WorkflowError
 from .filemodes import make_ordinary, make_ordinary_folder
 
@@ -155,8 +156,6 @@ class OutputGuard:
         if not (path.exists() or path.is_symlink()):
             return
         if self._aside is None:
-            from .cleanup import private_folder
-
             self._aside = private_folder(self.out_dir, ".anonflow-previous-", self.journal, "aside")
         target = self._aside / str(len(self.moved))
         if self.journal is not None:

@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -16,10 +17,13 @@ import numpy as np
 from .. import __version__
 from .. import egress as egress_policy
 from ..api import RunInfo, StepContext, flat_params
+from ..cleanup import JOURNAL_PREFIX, LazyJournal, cleanup_on_termination, recover_folder
 from ..codehash import engine_digest
-from ..errors import AnonflowError, InputError, RunError, StoreError
+from ..errors import AnonflowError, AnonflowWarning, InputError, RunError, StoreError
+from ..filemodes import make_ordinary_folder
 from ..executor_spec import ExecutorSpec
 from ..plugins import Registry, get_registry
+from ..retention import plan_purge, purge
 from ..schema import ROW
 from ..spec import RETAIN, Resources, WorkflowSpec
 from ..steps import SourceRun, StepRun, step_of
@@ -190,8 +194,6 @@ class Runner(FragmentRunning):
         Every origin and destination the plan names (PostgreSQL sources, publishers that declare
         destinations, a Dask scheduler) is checked against the egress policy before anything
         runs (:func:`anonflow.egress.check_plan`), and the policy stays in force while it runs."""
-        from ..cleanup import cleanup_on_termination
-
         policy = self.egress or egress_policy.current()
         with cleanup_on_termination(), self.store.exclusive(), egress_policy.use(policy):
             return self._run(spec, policy, use_cache=use_cache, output_dir=output_dir, plan=plan, retain=retain)
@@ -199,8 +201,6 @@ class Runner(FragmentRunning):
     def _make_out_dir(self, out_dir: Path) -> None:
         """Create the output folder with the modes the user's umask gives (as its published
         files get: the store being open makes new folders owner-only)."""
-        from ..filemodes import make_ordinary_folder
-
         missing = []
         folder = Path(os.path.abspath(out_dir))
         while not folder.exists() and folder.parent != folder:
@@ -219,25 +219,17 @@ class Runner(FragmentRunning):
 
     def _clean_out_dir(self, out_dir: Path) -> None:
         """Clean up after runs that were killed while writing into ``out_dir`` (their journals)."""
-        from ..cleanup import JOURNAL_PREFIX, recover_folder
-
         if not out_dir.is_dir():
             return
         for journal, done in recover_folder(out_dir).items():
             run_id = Path(journal).name[len(JOURNAL_PREFIX):-len(".jsonl")]
             self.store.journal_cleaned(run_id, done)  # a run of this store: 'anonflow runs' says it
             if done:
-                import warnings
-
-                from ..errors import AnonflowWarning
-
                 warnings.warn(f"cleaned up after interrupted run {run_id} in {out_dir}: " + "; ".join(done),
                               AnonflowWarning, stacklevel=4)
 
     def _run(self, spec: WorkflowSpec, policy: "Policy", *, use_cache: bool, output_dir: Path | None,
              plan: Plan | None, retain: str | None) -> RunResult:
-        from ..cleanup import LazyJournal
-
         retain = retain or spec.retain
         if retain not in RETAIN:
             raise InputError(f"retain must be one of {', '.join(RETAIN)}, got {retain!r}")
@@ -347,8 +339,6 @@ class Runner(FragmentRunning):
         """Apply ``retain:`` to this run's tables (the run has ended and is recorded)."""
         if retain == "all":
             return
-        from ..retention import plan_purge, purge
-
         try:
             done = purge(self.store, plan_purge(self.store, runs=[run_id], keep=retain))
         except StoreError as exc:  # refused (a store with other names): said with what the run did

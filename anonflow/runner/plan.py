@@ -15,13 +15,15 @@ from typing import Any
 import networkx as nx
 
 from .. import __version__
+from ..api import StepContext
 from ..errors import AnonflowError, InputError, WorkflowError
 from ..params import metric_entries, suggest, validate_params
 from ..plugins import Registered, Registry
 from ..schema import FRAGMENT, ROW
 from ..spec import SourceSpec, WorkflowSpec
 from ..steps import BUILTINS, StaticInput, step_of
-from ..store import describe_source
+from ..store import Store, describe_source
+from .fragments import describe_sizes, fragment_groups
 
 
 @dataclass
@@ -150,9 +152,6 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
 def fragment_plan(algo: Any, params: dict[str, Any], table: Any, registry: Registry, store: Any) -> list[str]:
     """What ``anonflow plan`` says of an algorithm fed by a partitioned table: how it will
     run on the fragments, and which fragments it merges with neighbours first."""
-    from ..api import StepContext
-    from .fragments import describe_sizes, fragment_groups
-
     if algo.summarizes(params):
         return [f"{algo.name}: each fragment's summary is computed where it lies and summed; then one run on "
                 "the whole table"]
@@ -206,8 +205,7 @@ def preview(plan: Plan, registry: Registry) -> dict[str, Any]:
     :meth:`~anonflow.api.Algorithm.describe_plan` lines (the lattice's size, for one). Each
     evaluate step's metrics are checked against the previewed tables (see :func:`_check_metrics`):
     a metric needing a grading or a label the typing lacks fails the plan."""
-    from ..store import Store
-    from .loop import Runner
+    from .loop import Runner  # deferred: the preview runs the loop, which runs plans (the session will hold it)
 
     ready: list[str] = []
     for name in plan.order:

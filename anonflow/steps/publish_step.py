@@ -13,6 +13,7 @@ from ..api import Output, StepContext
 from ..errors import InputError, WorkflowError
 from ..outputs import check_output_path
 from ..params import Param, ParamError, validate_params
+from ..postgres import display
 from ..schema import CLASS, FRAGMENT, ROW
 from ..store import ident
 from ..table import TypedTable
@@ -22,8 +23,6 @@ from .step import Step, StepOutput, StepRun
 def _shown(destination: str) -> str:
     """A destination for a message: a PostgreSQL URL as ``postgresql://user@host:port/db``."""
     if destination.split("://", 1)[0].lower() in ("postgresql", "postgres"):
-        from ..postgres import display
-
         return f"postgresql://{display(destination)}"
     return destination
 

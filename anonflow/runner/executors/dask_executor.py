@@ -7,6 +7,8 @@ import os
 import shutil
 from typing import Any, Iterator
 
+from ...cleanup import private_folder
+from ...egress import local_cluster_security
 from ...errors import InputError, RunError
 from ...executor_spec import ExecutorSpec
 from .executor import Executor, FragmentResult, FragmentTask, run_fragment
@@ -37,9 +39,6 @@ class DaskExecutor(Executor):
                                  where=where) from None
         else:
             import tempfile
-
-            from ...cleanup import private_folder
-            from ...egress import local_cluster_security
 
             security = local_cluster_security()  # TLS, throw-away credentials: no other process joins
             # the workers spill the fragments they hold (original records) here: owner-only, removed on

@@ -24,6 +24,7 @@ first fragment of its group, so the result does not depend on which worker ran i
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -32,8 +33,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ...errors import RunError
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ...api import StepContext
+from ...cleanup import private_folder
+from ...errors import AnonflowError, RunError
 from ...executor_spec import ExecutorSpec
+from ...plugins import get_registry
+from ...schema import CLASS, ROW
+from ...store import Store
+from ...table import TypedTable
 
 # -- tasks ---------------------------------------------------------------------------------
 
@@ -77,25 +88,16 @@ class FragmentResult:
 
 
 def fragment_seed(seed: int, first_fragment: int) -> int:
-    import hashlib
-
     return int.from_bytes(hashlib.sha256(f"{seed}\0fragment\0{first_fragment}".encode()).digest()[:8], "little")
 
 
 def _read(files: list[str]) -> Any:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from ...schema import ROW
-
     parts = [pq.ParquetFile(f).read() for f in files]
     data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     return data.sort_by(ROW).combine_chunks()
 
 
 def _write(table: Any, path: str) -> None:
-    import pyarrow.parquet as pq
-
     tmp = f"{path}.{os.getpid()}.tmp"
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)  # a worker that dies mid-write leaves no half file under the final name
@@ -112,8 +114,6 @@ class _LazyStore:
     def _store(self) -> Any:
         global _STORE
         if _STORE is None:
-            from ...store import Store
-
             _STORE = Store(":memory:")
             _STORE.con.execute("SET threads = 1")
             _STORE.threads = 1
@@ -144,15 +144,6 @@ class _LazyStore:
 
 def run_fragment(task: FragmentTask) -> FragmentResult:
     """Run one task where it is (any process, any machine that sees the work folder)."""
-    import numpy as np
-    import pyarrow as pa
-
-    from ...api import StepContext
-    from ...errors import AnonflowError
-    from ...plugins import get_registry
-    from ...schema import CLASS, ROW
-    from ...table import TypedTable
-
     t0 = time.perf_counter()
     registry = get_registry()
     reg = registry.get("algorithm", task.algorithm)
@@ -245,8 +236,6 @@ class WorkFolder:
     whatever happened."""
 
     def __init__(self, parent: Path, step: str, journal: Any = None) -> None:
-        from ...cleanup import private_folder
-
         parent.mkdir(parents=True, exist_ok=True)
         self.journal = journal
         self.path = private_folder(parent, f".anonflow-work-{re.sub(r'[^A-Za-z0-9_.-]', '_', step)[:40]}-", journal,
