@@ -40,13 +40,13 @@ from .generalization import (generalization, generalized_attribute, interval_lab
 from .grading import Grading, sensitivity_distance
 from .hierarchy import encode as value_codes
 from .hierarchy import lookup, value_keys
-from .lineage import canonical_json
-from .params import ParamError, metric_entries, validate_params
-from .postgres import check_url as check_postgres_url
-from .postgres import connect as postgres_connect
-from .postgres import display as postgres_display
-from .postgres import message as postgres_message
-from .postgres import quote_ident as postgres_ident
+from .canonjson import canonical_json
+from .params import ParamError, metric_entries, relative_paths, validate_params
+from .pgconnect import connect as postgres_connect
+from .pgurl import check_url as check_postgres_url
+from .pgurl import display as postgres_display
+from .pgurl import message as postgres_message
+from .pgurl import quote_ident as postgres_ident
 from .schema import MISSING_CATEGORY
 from .table import TableHasher, table_hash
 
@@ -464,21 +464,6 @@ def flat_params(steps: list[dict[str, Any]], seed: int) -> dict[str, Any]:
         for key, value in (s.get("params") or {}).items():
             out[f"{s['step']}.{key}"] = value
     return out
-
-
-def relative_paths(value: Any, base: Path) -> Any:
-    """``value`` with every string naming an existing absolute path rewritten relative to
-    ``base`` (recursively through lists and mappings): parameters that name files (hierarchy
-    files, gradings) then read the same wherever the workflow's folder is."""
-    if isinstance(value, str):
-        if len(value) > 1 and os.path.isabs(value) and os.path.exists(value):
-            return os.path.relpath(value, base)
-        return value
-    if isinstance(value, dict):
-        return {k: relative_paths(v, base) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [relative_paths(v, base) for v in value]
-    return value
 
 
 def _json_default(value: Any) -> Any:

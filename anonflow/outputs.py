@@ -29,11 +29,13 @@ written; the files are then restored and the run fails.)
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Iterable
 
+from .cleanup import private_folder
 from .errors import InputError, RunError, WorkflowError
 from .filemodes import make_ordinary, make_ordinary_folder
 
@@ -154,8 +156,6 @@ class OutputGuard:
         if not (path.exists() or path.is_symlink()):
             return
         if self._aside is None:
-            from .cleanup import private_folder
-
             self._aside = private_folder(self.out_dir, ".anonflow-previous-", self.journal, "aside")
         target = self._aside / str(len(self.moved))
         if self.journal is not None:
@@ -245,8 +245,6 @@ class OutputGuard:
             folder = folder.parent
 
     def _check_existing(self, text: str, path: Path) -> None:
-        from .api import file_sha256
-
         if not (path.exists() or path.is_symlink()):
             return
         files: list[Path] = []
@@ -271,6 +269,13 @@ class OutputGuard:
                 raise InputError(f"output path {text!r} would write over {f}, which this store "
                                  f"({self.store_path or 'in memory'}) did not publish; anonflow never overwrites a "
                                  "file it did not write: remove it or choose another path")
-            if f.is_symlink() or not f.is_file() or file_sha256(f) not in recorded:
+            if f.is_symlink() or not f.is_file() or _sha256(f) not in recorded:
                 raise InputError(f"output path {text!r} would write over {f}, which was changed after this store "
                                  "published it; remove it or choose another path")
+
+
+def _sha256(path: Path) -> str:
+    """A file's sha256 (hex), as :func:`anonflow.api.file_sha256` gives it; computed here so the
+    guard, which the plugin API uses, does not import it back."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()

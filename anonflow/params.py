@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import WorkflowError
@@ -220,7 +222,8 @@ def validate_params(declared: Iterable[Param], given: Mapping[str, Any]) -> dict
 
 
 def metric_entries(value: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
-    """``[a, {b: {k: 5}}]`` or ``{a: {}, b: {k: 5}}`` -> ``[(a, {}), (b, {k: 5})]``."""
+    """An ``evaluate`` step's ``metrics`` parameter as (name, parameters) pairs:
+    ``[a, {b: {k: 5}}]`` or ``{a: {}, b: {k: 5}}`` -> ``[(a, {}), (b, {k: 5})]``."""
     if isinstance(value, Mapping):
         value = [{k: v} for k, v in value.items()]
     if isinstance(value, str):
@@ -243,3 +246,18 @@ def metric_entries(value: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
     if len(set(names)) != len(names):
         raise WorkflowError("a metric is listed twice", where=where)
     return out
+
+
+def relative_paths(value: Any, base: Path) -> Any:
+    """``value`` with every string naming an existing absolute path rewritten relative to
+    ``base`` (recursively through lists and mappings): parameters that name files (hierarchy
+    files, gradings) then read the same wherever the workflow's folder is."""
+    if isinstance(value, str):
+        if len(value) > 1 and os.path.isabs(value) and os.path.exists(value):
+            return os.path.relpath(value, base)
+        return value
+    if isinstance(value, dict):
+        return {k: relative_paths(v, base) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [relative_paths(v, base) for v in value]
+    return value

@@ -21,7 +21,8 @@ CLASS = "_class"
 #: Column that carries each record's fragment, added by the ``partition`` step.
 FRAGMENT = "_fragment"
 RESERVED = (ROW, CLASS, FRAGMENT)
-#: the category a missing value becomes under the typing step's ``missing: category``.
+#: The category a missing value of a text column becomes under the typing step's
+#: ``missing: category``.
 MISSING_CATEGORY = "?"
 
 

@@ -45,26 +45,31 @@ import click
 import yaml
 
 from . import egress
-from .dag import PREPARATION as PLAN_PREPARATION
-from .dag import Plan, _check_metrics, _check_publisher, build_plan, fragment_plan
 from .errors import AnonflowError, InputError
-from .executors import ExecutorSpec, executor_spec
+from .executor_spec import ExecutorSpec, executor_spec
 from .filemodes import make_ordinary
 from .plugins import Registry, get_registry
 from .store import held, purge_file, trace
 from .store import resolve_target as resolve_step
 from .runner import Runner, RunResult, load_run_info
+from .runner.plan import Plan, build_plan, check_metrics, check_publisher, fragment_plan
 from .schema import FRAGMENT
+from .steps import STEPS, step_of
 from .store import Store
 from .table import TypedTable
 from .workflow.spec import (Resources, SourceSpec, WorkflowSpec, apply_recorded_overrides, check_memory, check_threads,
                             load_workflow)
 
-#: the step kinds whose work is redone on the new data (a partition step is not: an applied
-#: batch is mapped record by record onto the release, with no fragments)
-PREPARATION = ("source", "typing", "filter", "sample", "hierarchy")
+#: the step kinds whose work is redone on the new data (Step.preparation and redone_by_apply: a
+#: partition step is not: an applied batch is mapped record by record onto the release, with no fragments)
+PREPARATION = tuple(kind for kind, s in STEPS.items() if s.preparation and s.redone_by_apply)
 #: new data files apply reads, by extension
 NEW_FORMATS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def _passed_through(uses: Any) -> bool:
+    """A preparation step apply leaves out (a partition step: the batch is applied record by record)."""
+    return isinstance(uses, str) and uses in STEPS and STEPS[uses].preparation and not STEPS[uses].redone_by_apply
 
 
 def _inputs(step: Any) -> list[str]:
@@ -99,7 +104,7 @@ def preparation_chain(data: Mapping[str, Any], step: str) -> tuple[str, list[str
     chain = [n for n in steps if n in seen]
     for name in chain:
         uses = steps[name].get("uses") if isinstance(steps[name], Mapping) else None
-        if uses == "partition":
+        if _passed_through(uses):
             continue  # left out: the batch is applied record by record
         if uses not in PREPARATION:
             raise InputError(f"step {step!r}'s table is made by step {name!r} ({uses}), which is not a preparation "
@@ -144,12 +149,12 @@ def prepare_batch(workflow_text: str, step: str, new_data: Path, scratch: Path, 
     steps = {}
     for name in chain:
         s = dict(data["steps"][name])
-        if s.get("uses") == "partition":
+        if _passed_through(s.get("uses")):
             continue
         ins = [i for i in _inputs(s)]
         # a step fed by a left-out partition step reads what the partition step read
         ins = [next(iter(_inputs(data["steps"][i]))) if i in data["steps"] and isinstance(data["steps"][i], Mapping)
-               and data["steps"][i].get("uses") == "partition" else i for i in ins]
+               and _passed_through(data["steps"][i].get("uses")) else i for i in ins]
         s["input"] = ins if len(ins) != 1 else ins[0]
         s.pop("after", None)
         steps[name] = s
@@ -328,12 +333,12 @@ class Session:
         ready: list[str] = []
         for name in plan.order:
             node = plan.nodes[name]
-            if node.kind in PLAN_PREPARATION and all(i in ready for i in node.inputs):
+            if step_of(node).preparation and all(i in ready for i in node.inputs):
                 ready.append(name)
-        algorithms = [n for n in plan.order if plan.nodes[n].kind == "algorithm"
+        algorithms = [n for n in plan.order if step_of(plan.nodes[n]).runs_fragments
                       and all(i in ready for i in plan.nodes[n].inputs)]
         out: dict[str, Any] = {}
-        if not any(plan.nodes[n].kind != "source" for n in ready):
+        if not any(not step_of(plan.nodes[n]).loads for n in ready):
             return out
         scratch = Store(":memory:")
         try:
@@ -345,20 +350,11 @@ class Session:
                 raise
             tables = {s["step"]: s for s in scratch.steps(run.run_id)}
             for name in ready:
-                node = plan.nodes[name]
-                if node.kind == "typing":
-                    rec = tables[name]
-                    summary = dict(rec["summary"] or {})
-                    notes = summary.pop("notes", [])
-                    out[name] = {"typing": scratch.get(rec["output_table"]).typing, "summary": summary,
-                                 "notes": notes}
-                elif node.kind == "hierarchy":
-                    summary = tables[name]["summary"] or {}
-                    out[name] = {"hierarchies": summary.get("hierarchies", {}), "notes": summary.get("notes", [])}
-                elif node.kind == "partition":
-                    summary = dict(tables[name]["summary"] or {})
-                    out[name] = {"fragments": {k: summary.get(k) for k in ("fragments", "sizes", "cuts")},
-                                 "notes": summary.get("notes", [])}
+                rec = tables[name]
+                shown = step_of(plan.nodes[name]).preview(dict(rec["summary"] or {}),
+                                                          lambda rec=rec: scratch.get(rec["output_table"]))
+                if shown is not None:
+                    out[name] = shown
             for name in algorithms:
                 node = plan.nodes[name]
                 where = plan.spec.where(f"step {name!r}")
@@ -374,10 +370,10 @@ class Session:
                 out[name] = {"notes": notes}
             for name in plan.order:
                 load = (lambda step: scratch.get(tables[step]["output_table"]))
-                if plan.nodes[name].kind == "evaluate":
-                    _check_metrics(plan, registry, name, ready, load)
-                elif plan.nodes[name].kind == "publish":
-                    _check_publisher(plan, registry, name, ready, load)
+                if step_of(plan.nodes[name]).produces == "metrics":
+                    check_metrics(plan, registry, name, ready, load)
+                elif step_of(plan.nodes[name]).produces == "files":
+                    check_publisher(plan, registry, name, ready, load)
         finally:
             scratch.close()
         return out

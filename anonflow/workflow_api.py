@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 import yaml
 
 from . import egress
-from .builtins import for_publication
-from .dag import plan_json
+from .steps import for_publication
+from .runner.plan import plan_json
 from .errors import AnonflowError, InputError, StoreError, WorkflowError
 from .sources.inmemory import arrow_sha256, is_table, to_arrow
 from .params import ParamError, suggest, validate_params

@@ -22,7 +22,7 @@ import click
 import pytest
 import yaml
 
-from anonflow.builtins import BUILTINS
+from anonflow.steps import BUILTINS
 from anonflow.params import REQUIRED
 from anonflow.store import schema_markdown
 

@@ -494,7 +494,8 @@ def test_a_local_cluster_speaks_tls_and_a_plain_client_cannot_join():
     pytest.importorskip("cryptography")
     from distributed.security import Security
 
-    from anonflow.executors import DaskExecutor, ExecutorSpec
+    from anonflow.executor_spec import ExecutorSpec
+    from anonflow.runner.executors import DaskExecutor
 
     executor = DaskExecutor(ExecutorSpec("dask", 1))
     try:

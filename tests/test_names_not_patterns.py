@@ -140,7 +140,7 @@ print("STATUS", result.status)
 
 
 def test_too_many_worker_processes_are_capped_with_a_message(tmp_path, cli):
-    from anonflow.executors import most_workers
+    from anonflow.executor_spec import most_workers
 
     rows = "age,sex\n" + "".join(f"{20 + i},{'mf'[i % 2]}\n" for i in range(10))
     (tmp_path / "d.csv").write_text(rows)

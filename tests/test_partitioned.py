@@ -233,13 +233,13 @@ def test_the_independent_checks_catch_what_they_must():
 
 
 def test_the_fragments_module_imports_on_its_own():
-    run = subprocess.run([sys.executable, "-c", "from anonflow.fragments import merge_neighbours, partition; from anonflow.builtins import PartitionStep"],
+    run = subprocess.run([sys.executable, "-c", "from anonflow.runner.fragments import merge_neighbours; from anonflow.steps.partition_step import partition; from anonflow.steps import PartitionStep"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr.splitlines()[-1]
 
 
 def test_merging_neighbours_by_hand():
-    from anonflow.fragments import merge_neighbours
+    from anonflow.runner.fragments import merge_neighbours
 
     groups = [[0], [1], [2], [3], [4]]
     sizes = [5, 1, 9, 3, 7]
@@ -556,7 +556,7 @@ def test_bad_partition_parameters_are_one_line_naming_the_step(tmp_path, step, m
           again: {{uses: {step}}}
         """)
     with pytest.raises(WorkflowError) as err:
-        from anonflow.dag import build_plan
+        from anonflow.runner.plan import build_plan
         from anonflow.plugins import get_registry
 
         build_plan(load_workflow(wf), get_registry())
@@ -1188,7 +1188,7 @@ class EngineBug(AssertionError):
 
 
 def test_the_plan_does_not_connect_to_the_scheduler(tmp_path, monkeypatch):
-    from anonflow import runner
+    from anonflow.runner import fragments as runner
     from anonflow.errors import InputError
 
     started = []
@@ -1268,7 +1268,7 @@ def test_the_work_folder_is_private_used_and_removed(tmp_path):
 
 
 def test_the_work_folder_mode_is_0700():
-    from anonflow.executors import WorkFolder
+    from anonflow.runner.executors import WorkFolder
 
     import tempfile
 

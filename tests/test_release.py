@@ -363,7 +363,7 @@ SETS = {"gca-adult": ["--set", "sample.n=800"]}
 def _release_input(text: str) -> tuple[str, str]:
     """The step the workflow publishes first (else its last algorithm step), and the release
     layout that fits its publisher."""
-    from anonflow.builtins import BUILTINS
+    from anonflow.steps import BUILTINS
 
     steps = yaml.safe_load(text)["steps"]
     for spec in steps.values():

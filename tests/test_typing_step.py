@@ -3,8 +3,8 @@
 import pyarrow as pa
 import pytest
 
-from anonflow.builtins import TypingStep
 from anonflow.schema import MISSING_CATEGORY
+from anonflow.steps import TypingStep
 from anonflow.errors import InputError, WorkflowError
 from anonflow.params import validate_params
 from anonflow.testing import make_context

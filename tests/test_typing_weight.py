@@ -12,7 +12,7 @@ import textwrap
 import pyarrow as pa
 import pytest
 
-from anonflow.builtins import TypingStep
+from anonflow.steps import TypingStep
 from anonflow.errors import InputError, WorkflowError
 from anonflow.params import validate_params
 from anonflow.schema import ROLES, Attribute, Typing
@@ -130,7 +130,7 @@ def test_a_weight_column_takes_no_other_role(given, fragment):
 
 
 def test_weight_must_be_one_column_of_the_input():
-    from anonflow.builtins import StaticInput
+    from anonflow.steps import StaticInput
     from anonflow.params import ParamError
 
     with pytest.raises(ParamError, match="weight"):

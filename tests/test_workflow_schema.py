@@ -48,9 +48,9 @@ def test_the_shipped_json_schema_is_what_the_declaration_generates(cli):
 
 
 def test_the_json_schema_knows_each_built_in_step_and_its_parameters():
-    from anonflow.builtins import BUILTINS
+    from anonflow.steps import BUILTINS
 
-    from anonflow.workflow.model import NAME_PATTERN
+    from anonflow.shapes import NAME_PATTERN
 
     steps = json.loads(json_schema_text())["properties"]["steps"]
     assert steps["additionalProperties"] is False and steps["minProperties"] == 1

@@ -2,7 +2,7 @@
 
 import pytest
 
-from anonflow.dag import build_plan
+from anonflow.runner.plan import build_plan
 from anonflow.errors import InputError, WorkflowError
 from anonflow.plugins import get_registry
 from anonflow.workflow.spec import load_workflow, parse_override

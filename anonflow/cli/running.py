@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from .. import egress
-from ..dag import plan_json
+from ..runner.plan import plan_json
 from ..session import Session
 from ..session import TerminalProgress as _Progress
 from ..workflow.model import RETAIN

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import WorkflowError
 from ..safeyaml import Marks
-from .model import expected_text, shown, workflow_model
+from ..shapes import expected_text, shown
+from .model import workflow_model
 
 
 # -- validation and its one-line error --------------------------------------------------

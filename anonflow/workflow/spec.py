@@ -2,7 +2,7 @@
 
 This module knows the file format only: it checks structure and spelling (against
 :mod:`anonflow.workflow.model`), applies ``--set`` overrides and resolves paths. The graph is
-built and checked in :mod:`anonflow.dag`; nothing here touches data or the store.
+built and checked in :mod:`anonflow.runner.plan`; nothing here touches data or the store.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import yaml
 from .. import sources as _sources
 from ..egress import check_scheduler
 from ..errors import InputError, WorkflowError
-from ..executors import ExecutorSpec, executor_spec
+from ..executor_spec import ExecutorSpec, executor_spec
 from ..params import suggest
 from ..safeyaml import DuplicateKeyError, Marks, TooLargeError, load_yaml, load_yaml_marked
 from ..sourcekind import SourceSpec

@@ -150,7 +150,7 @@ def code_state() -> str:
         before = _sources_digest()
         import importlib
 
-        for module in ("anonflow.executors", "anonflow.fragments", "anonflow.runner"):
+        for module in ("anonflow.runner", "anonflow.steps"):
             importlib.import_module(module)
         from anonflow.plugins import get_registry
 

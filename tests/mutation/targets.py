@@ -83,8 +83,9 @@ TARGETS = [
     Target(
         "claims",
         {
-            "anonflow/runner.py": ["Runner._run_algorithm", "Runner._check_suppression", "Runner._check_claims"],
-            "anonflow/builtins.py": ["EvaluateStep.run"],
+            "anonflow/steps/algorithm_step.py": ["run_algorithm", "check_suppression"],
+            "anonflow/steps/claims.py": ["check_claims"],
+            "anonflow/steps/evaluate_step.py": ["EvaluateStep.run"],
             f"{STD}/common/counts.py": ["claimed"],
         },
         ("tests/test_claims_and_thresholds.py", "tests/test_suppression_and_plan.py", "tests/test_privacy_sql.py",
@@ -191,21 +192,22 @@ HAND = [
                'if entry.get("format") in ("parquet", "csv") and rows != rows:', kind="python"),
     # claims and thresholds
     HandMutant("claims", "an algorithm's suppression is checked against a cap one record too generous",
-               "anonflow/runner.py", "if suppressed <= limit:\n            return",
-               "if suppressed <= limit + 1:\n            return", kind="python"),
-    HandMutant("claims", "an algorithm's claims are not checked on its output", "anonflow/runner.py",
-               "return self._check_claims(node, out, ctx, where), None", "return out, None", kind="python"),
-    HandMutant("claims", "a claim whose check fails is kept", "anonflow/runner.py",
-               "            if not holds:\n                detail", "            if holds is None:\n                detail",
+               "anonflow/steps/algorithm_step.py", "if suppressed <= limit:\n        return",
+               "if suppressed <= limit + 1:\n        return", kind="python"),
+    HandMutant("claims", "an algorithm's claims are not checked on its output", "anonflow/steps/algorithm_step.py",
+               "return check_claims(node, renumber_classes(out, store), ctx, where, registry, inherited), None",
+               "return renumber_classes(out, store), None", kind="python"),
+    HandMutant("claims", "a claim whose check fails is kept", "anonflow/steps/claims.py",
+               "        if not holds:\n            raise RunError", "        if holds is None:\n            raise RunError",
                kind="python"),
-    HandMutant("claims", "a claim no metric can check is kept", "anonflow/runner.py",
-               "can check it\")\n                continue", "can check it\")\n                kept[model] = given\n"
-               "                continue", kind="python"),
-    HandMutant("claims", "a privacy check that does not hold is not enforced", "anonflow/builtins.py",
+    HandMutant("claims", "a claim no metric can check is kept", "anonflow/steps/claims.py",
+               "can check it\")\n            continue", "can check it\")\n            kept[model] = given\n"
+               "            continue", kind="python"),
+    HandMutant("claims", "a privacy check that does not hold is not enforced", "anonflow/steps/evaluate_step.py",
                'if params["enforce"] and reg.obj.category == "privacy" and holds is not None and not holds:',
                'if params["enforce"] and reg.obj.category == "privacy" and holds is not None and holds < 0:',
                kind="python"),
-    HandMutant("claims", "a value equal to a min threshold fails it", "anonflow/builtins.py",
+    HandMutant("claims", "a value equal to a min threshold fails it", "anonflow/steps/evaluate_step.py",
                'if "min" in bound and not (v >= bound["min"]):', 'if "min" in bound and not (v > bound["min"]):',
                kind="python"),
 ]
@@ -237,21 +239,21 @@ EQUIVALENT: dict[str, str] = {
         _BY,
     f"{CT}: if key == \"p\": => if key >= \"p\":":
         "key is 'k' (handled above), 'p' or 'l', and 'l' < 'p': >= is == on every key the module passes",
-    "anonflow/runner.py: need = min(math.ceil(suppressed / records * 100 - 1e-9) / 100, 1.0) "
+    "anonflow/steps/algorithm_step.py: need = min(math.ceil(suppressed / records * 100 - 1e-9) / 100, 1.0) "
     "=> need = min(math.ceil(suppressed / records * 100 * 1e-9) / 100, 1.0)":
         "need then starts at 0.01, and the loop raises it by 0.01 until the cap suffices: the same least cap",
-    "anonflow/runner.py: while need < 1.0 and suppression_limit(need, records) < suppressed: "
+    "anonflow/steps/algorithm_step.py: while need < 1.0 and suppression_limit(need, records) < suppressed: "
     "=> while need != 1.0 and suppression_limit(need, records) < suppressed:": _LOOP,
-    "anonflow/runner.py: while need < 1.0 and suppression_limit(need, records) < suppressed: "
+    "anonflow/steps/algorithm_step.py: while need < 1.0 and suppression_limit(need, records) < suppressed: "
     "=> while need < 2.0 and suppression_limit(need, records) < suppressed:": _LOOP,
     f"{LATS}: self.kept = np.round(1 - kept / sp.d, 12) => self.kept = np.round(1 - kept + sp.d, 12)": _ORDER,
     f"{LATS}: if self.flat[s] == 0: => if self.flat[s] <= 0:": _ORDER,
-    "anonflow/builtins.py: if original is not None and anonymized.num_rows < original.num_rows and ROW in "
+    "anonflow/steps/evaluate_step.py: if original is not None and anonymized.num_rows < original.num_rows and ROW in "
     "anonymized.columns: => if original is not None and anonymized.num_rows <= original.num_rows and ROW in "
     "anonymized.columns:":
         "with as many published records as original ones every original record is kept, and ctx.suppressed is 0 "
         "either way",
-    "anonflow/runner.py: need = min(round(need + 0.01, 2), 1.0) => need = min(round(need // 0.01, 2), 1.0)":
+    "anonflow/steps/algorithm_step.py: need = min(round(need + 0.01, 2), 1.0) => need = min(round(need // 0.01, 2), 1.0)":
         "the loop runs only if floor(ceil(100 s / n) / 100 * n) < s, i.e. when the fractional part of 100 s / n "
         "(a multiple of 1 / n) is at most 1e-9: never below a billion records",
     f"{STD}/publishing/audit.py: f.add(False, f\"file {{name}}\", f\"cannot be read: {{error_text(exc)}}\") "

@@ -118,7 +118,7 @@ def sensitive_codes(table: TypedTable, column: str, plugin: str) -> np.ndarray:
 #
 # The policy (docs/algorithms.md, "Missing values"): a missing sensitive value is never a
 # distinct value and never diversity. Under the typing step's ``missing: category`` a missing
-# value of a text column is the category ``?`` (:data:`anonflow.builtins.MISSING_CATEGORY`);
+# value of a text column is the category ``?`` (:data:`anonflow.schema.MISSING_CATEGORY`);
 # the typing records that mode, so the marker is known from it, never guessed from the data.
 # Under ``error`` and ``drop`` no missing value is left in a typed table.
 

@@ -1,8 +1,7 @@
-"""Cutting a typed table into fragments, and grouping fragments for an algorithm.
+"""The built-in ``partition`` step (:class:`PartitionStep`): cutting a typed table into fragments.
 
-The built-in ``partition`` step (:class:`anonflow.builtins.PartitionStep`, :func:`partition`) adds a ``_fragment`` column to a typed
-table: records of each stratum (``by``) are cut recursively at the median of one
-quasi-identifier until every fragment holds at most ``max_records`` records (Mondrian-style
+The step (:func:`partition`) adds a ``_fragment`` column to a typed table: records of each
+stratum (``by``) are cut recursively at the median of one quasi-identifier until every fragment holds at most ``max_records`` records (Mondrian-style
 fragmentation, as in the distributed Mondrian of De Capitani di Vimercati et al., and
 sdcMicro's microaggregation within strata). Each cut is computed by DuckDB where the table is
 stored; nothing but per-fragment counts and bounds comes back to Python.
@@ -18,27 +17,99 @@ recursion always ends, and the fragments are the same on every machine. Keys: a 
 declared order; a semantic QI's code as text (codes of a prefix together); a nominal QI's rank
 in its hierarchy's order (siblings next to each other) when the table has a hierarchy for it,
 else in frequency order (most frequent first, then by value). A missing value sorts last.
-
-An algorithm step fed by a partitioned table runs once per *group* of fragments
-(:func:`fragment_groups`): one fragment each, unless a fragment taken as a single class fails
-a privacy model the algorithm claims (too few records, too few distinct sensitive values...),
-in which case it is merged with a neighbouring fragment (the next or the previous in fragment
-order, the smaller of the two) until every group satisfies the models.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from .api import Partition, StepContext, sql_ident
-from .errors import InputError
-from .hierarchy import value_keys
-from .schema import CLASS, FRAGMENT, ROW
-from .table import TypedTable
+from ..api import StepContext, sql_ident
+from ..errors import InputError, WorkflowError
+from ..hierarchy import value_keys
+from ..params import Param
+from ..schema import CLASS, FRAGMENT, ROW
+from ..table import TypedTable
+from ..shapes import COLUMN_LIST
+from .claims import recheck_claims
+from .step import Step, StepOutput, StepRun
+
+#: the default largest fragment of the ``partition`` step: on Adult
+#: the smallest size at which maasae's, l-clustering's and the GCAs' paper metrics move by at
+#: most 2 % (relative) against a whole-table run, and at which maasae and l-clustering still run
+#: a million records in minutes on two cores; the MDAV family's SSE-IL moves more at any size
+#: below the whole table (docs/results.md, section 6)
+DEFAULT_MAX_RECORDS = 20_000
+
+
+class PartitionStep(Step):
+    uses = kind = "partition"
+    cacheable = True
+    preparation = True
+    keeps_typing = True
+    cuts_fragments = True
+    description = ("Cut a typed table into fragments (strata, then recursive median cuts on the QIs) so that each "
+                   "algorithm step fed by it runs once per fragment, in parallel on an executor.")
+    params = (
+        Param("max_records", "int", default=DEFAULT_MAX_RECORDS, min=2, nullable=True,
+              help="cut until every fragment holds at most this many records; null: strata only"),
+        Param("by", "list", default=[], shape=COLUMN_LIST,
+              help="strata: columns each combination of whose values is cut on its own"),
+        Param("columns", "list", default=None, nullable=True, shape=COLUMN_LIST,
+              help="the columns to cut on (null: the quasi-identifiers, less the strata)"),
+    )
+
+    def check_params(self, given, registry, where, base_dir=None):
+        params = super().check_params(given, registry, where, base_dir)
+        for key in ("by", "columns"):
+            value = params[key]
+            if value is None:
+                continue
+            if not all(isinstance(c, str) and c for c in value):
+                raise WorkflowError(f"parameter {key!r}: expected a list of column names, got {value!r}", where=where)
+            if len(set(value)) != len(value):
+                raise WorkflowError(f"parameter {key!r} names a column twice", where=where)
+            reserved = [c for c in value if c in (ROW, CLASS, FRAGMENT)]
+            if reserved:
+                raise WorkflowError(f"parameter {key!r}: {reserved[0]!r} is anonflow's own column", where=where)
+        if params["max_records"] is None and not params["by"]:
+            raise WorkflowError("give 'max_records' or 'by' (or both): a partition needs something to cut by",
+                                where=where)
+        return params
+
+    def validate(self, params, inputs, registry, where):
+        cols = inputs[0].columns
+        if cols is not None:
+            for key in ("by", "columns"):
+                for c in params[key] or ():
+                    if c not in cols:
+                        raise WorkflowError(f"parameter {key!r}: no column {c!r} in the input "
+                                            f"(columns: {', '.join(x for x in cols if x != ROW)})", where=where)
+            if FRAGMENT in cols:
+                raise WorkflowError("the input is partitioned already; partition the typed table once",
+                                    where=where)
+            if CLASS in cols:
+                raise WorkflowError(f"input {inputs[0].name!r} is an algorithm's output; partition the typed table "
+                                    "the algorithm reads instead", where=where)
+        if not inputs[0].typed:
+            raise WorkflowError(f"partition needs a typed table: add a typing step before it "
+                                f"(input {inputs[0].name!r})", where=where)
+        return None if cols is None else (*cols, FRAGMENT)
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext,
+            where: str) -> tuple[TypedTable, dict[str, Any]]:
+        return partition(table, params, ctx, where)
+
+    def execute(self, run: StepRun) -> StepOutput:
+        typed, summary = self.run(run.tables[0], run.node.params, run.ctx, run.where)
+        run.keep(recheck_claims(typed, run.node, run.ctx, run.where, run.registry))
+        return StepOutput(summary=summary)
+
+    def preview(self, summary: dict[str, Any], output: Any) -> dict[str, Any]:
+        return {"fragments": {k: summary.get(k) for k in ("fragments", "sizes", "cuts")},
+                "notes": summary.get("notes", [])}
 
 
 
@@ -48,7 +119,7 @@ def _q(name: str) -> str:
 
 def partition(table: TypedTable, params: Mapping[str, Any], ctx: StepContext,
               where: str) -> tuple[TypedTable, dict[str, Any]]:
-    """The ``partition`` step (:class:`anonflow.builtins.PartitionStep`): ``table`` with a
+    """The ``partition`` step (:class:`PartitionStep`): ``table`` with a
     ``_fragment`` column, and the step's summary."""
     by = list(params["by"])
     cut = list(params["columns"]) if params["columns"] is not None else \
@@ -170,7 +241,7 @@ def _strata(table: TypedTable, by: Sequence[str], ctx: StepContext) -> TypedTabl
                       f"FROM (SELECT {_q(ROW)}, {cols} FROM t)", ordered=False, t=table)
 
 
-def _aggregate(ctx: StepContext, query: str, order: str, **tables: TypedTable | pa.Table) -> pa.Table:
+def aggregate_ordered(ctx: StepContext, query: str, order: str, **tables: TypedTable | pa.Table) -> pa.Table:
     """A small result of a query over the whole table: run by DuckDB on all its threads
     (counts, minima and maxima come out the same on any number), read back in ``order``."""
     small = ctx.derive(query, **tables)
@@ -187,7 +258,7 @@ def _cut(frag: TypedTable, keys: TypedTable, cut: Sequence[str], limit: int,
     ks = [f"_k{i}" for i in range(len(cut))]
     whole = ctx.sql("SELECT " + ", ".join(f"max({k}) - min({k})" for k in ks) + " FROM k", k=keys).to_pylist()[0]
     span = np.array([b if b else 1.0 for b in whole.values()], dtype=np.float64)
-    sizes = _aggregate(ctx, f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1", "f", a=frag)
+    sizes = aggregate_ordered(ctx, f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1", "f", a=frag)
     levels = 0
     while True:
         ids, n = sizes.column("f").to_numpy(), sizes.column("n").to_numpy()
@@ -207,7 +278,7 @@ def _cut(frag: TypedTable, keys: TypedTable, cut: Sequence[str], limit: int,
                          p=plan)
         ctx.discard(frag)
         frag = nxt
-        sizes = _aggregate(ctx, f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1", "f", a=frag)
+        sizes = aggregate_ordered(ctx, f"SELECT {f} AS f, count(*)::BIGINT AS n FROM a GROUP BY 1", "f", a=frag)
         levels += 1
 
 
@@ -234,7 +305,7 @@ def _split_plan(frag: TypedTable, keys: TypedTable, ks: Sequence[str], ids: np.n
     # (n - 1) // 2 of the fragment's non-missing keys: the median, with the records below it
     # (lt) and at most it (le), and the keys' range
     names = ", ".join(f"k.{k}" for k in ks)
-    got = _aggregate(
+    got = aggregate_ordered(
         ctx, f"WITH u AS (UNPIVOT (SELECT a.{f} AS f, {names} FROM a POSITIONAL JOIN k SEMI JOIN w ON a.{f} = w.f) "
         f"ON {', '.join(ks)} INTO NAME col VALUE v), "
         "c AS (SELECT f, col, v, count(*)::BIGINT AS c FROM u GROUP BY ALL), "
@@ -287,155 +358,4 @@ def fragment_bounds(table: TypedTable, by: Sequence[str], cut: Sequence[str], ct
     parts += [f"any_value({_q(c)}) AS {_q(c)}" for c in by]
     for c in cut:
         parts += [f"min({_q(c)}) AS {_q(c + '_min')}", f"max({_q(c)}) AS {_q(c + '_max')}"]
-    return _aggregate(ctx, f"SELECT {', '.join(parts)} FROM t GROUP BY {f}", "fragment", t=table)
-
-
-# -- grouping fragments for an algorithm --------------------------------------------------
-
-
-@dataclass
-class Grouping:
-    """Fragments grouped for one algorithm step: ``groups[g]`` lists the fragment ids run
-    together as group ``g`` (in fragment order); ``sizes[g]`` its records."""
-
-    groups: list[list[int]]
-    sizes: list[int]
-    notes: list[str]
-
-    @property
-    def merged(self) -> int:
-        return sum(len(g) for g in self.groups if len(g) > 1)
-
-
-def fragment_sizes(table: TypedTable, ctx: StepContext) -> tuple[np.ndarray, np.ndarray]:
-    got = _aggregate(ctx, f"SELECT {_q(FRAGMENT)}, count(*)::BIGINT AS n FROM t GROUP BY 1", "1", t=table)
-    return got.column(0).to_numpy(), got.column(1).to_numpy()
-
-
-def _claim_checks(algo: Any, params: Mapping[str, Any], registry: Any) -> tuple[list[tuple[Any, dict]], list[str]]:
-    checks, skipped = [], []
-    for model, given in algo.claims(params).items():
-        reg = registry.get("metric", model) if registry.has("metric", model) else None
-        if reg is None or reg.obj.category != "privacy" or not getattr(reg.obj, "weighted_partitions", False):
-            skipped.append(model)
-            continue
-        checks.append((reg.obj, dict(given)))
-    return checks, skipped
-
-
-def fragment_groups(algo: Any, params: Mapping[str, Any], table: TypedTable, registry: Any,
-                    ctx: StepContext) -> Grouping:
-    """Group the fragments of ``table`` so that each group, taken as one class, satisfies every
-    privacy model ``algo`` claims for ``params`` (checked through the models' vectorized
-    :meth:`~anonflow.api.Metric.partition_holds` on a frequency table of the sensitive
-    attributes by fragment, which DuckDB computes). A failing group is merged with its next or
-    previous neighbour (the smaller), round after round, until all hold or one group is left."""
-    ids, sizes = fragment_sizes(table, ctx)
-    checks, skipped = _claim_checks(algo, params, registry)
-    notes = []
-    if skipped:
-        notes.append(f"fragments not checked for {', '.join(skipped)} before the run (no weighted check); "
-                     "the algorithm's own check runs on each fragment")
-    if not checks or ids.size <= 1:
-        return Grouping([[int(i)] for i in ids], [int(s) for s in sizes], notes)
-    keep = [c for c in table.typing.sensitive if c in table.columns]
-    named = params.get("sensitive")
-    if isinstance(named, str) and named in table.columns and named not in keep:
-        keep.append(named)
-    cols = "".join(f", {_q(c)}" for c in keep)
-    freq = _aggregate(ctx, f"SELECT {_q(FRAGMENT)}{cols}, count(*)::BIGINT AS _af_n FROM t GROUP BY ALL",
-                      "ALL NULLS LAST", t=table)
-    of_row = np.searchsorted(ids, freq.column(0).to_numpy())
-    weights = freq.column("_af_n").to_numpy()
-    units = TypedTable(freq.drop_columns([FRAGMENT, "_af_n"]), table.typing, {}, table.hierarchies)
-    groups: list[list[int]] = [[i] for i in range(ids.size)]  # positions of fragments
-    gsizes = [int(s) for s in sizes]
-    cache: dict[str, Any] = {}
-    first = len(groups)
-    while True:
-        group_of = np.empty(ids.size, dtype=np.int64)
-        for g, members in enumerate(groups):
-            group_of[members] = g
-        cls = group_of[of_row]
-        part = Partition(cls, np.asarray(gsizes, dtype=np.int64), units, cache, weights)
-        ok = np.ones(len(groups), dtype=bool)
-        for metric, given in checks:
-            ok &= np.asarray(metric.partition_holds(part, given), dtype=bool)
-        if ok.all() or len(groups) == 1:
-            break
-        groups, gsizes = merge_neighbours(groups, gsizes, np.flatnonzero(~ok).tolist())
-    out = [[int(ids[i]) for i in g] for g in groups]
-    if len(groups) < first:
-        joined = [g for g in out if len(g) > 1]
-        models = ", ".join(m.name for m, _ in checks)
-        notes.append(f"{sum(len(g) for g in joined)} fragment(s) too small or too poor for {models} (each taken as "
-                     f"one class) were merged with neighbours into {len(joined)} group(s): "
-                     + "; ".join("+".join(map(str, g)) for g in joined[:8]) + (" ..." if len(joined) > 8 else ""))
-    if not ok.all():
-        notes.append(f"even all fragments together fail {', '.join(m.name for m, _ in checks)}; the algorithm "
-                     "will say why")
-    return Grouping(out, gsizes, notes)
-
-
-def keep_classes_together(groups: list[list[int]], sizes: list[int], table: TypedTable, other: TypedTable,
-                          ctx: StepContext) -> tuple[list[list[int]], list[int], str | None]:
-    """Join the groups holding records of one class of ``other`` (a second input with
-    ``_class``, e.g. the partition a ``refine`` step improves): a class is never cut by the
-    fragments. Returns the groups (in order of their first fragment), their sizes and a note."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    pairs = ctx.sql(f"SELECT DISTINCT x.{_q(CLASS)} AS c, t.{_q(FRAGMENT)} AS f FROM x JOIN t "
-                    f"ON x.{_q(ROW)} = t.{_q(ROW)} WHERE x.{_q(CLASS)} IS NOT NULL ORDER BY 1, 2", x=other, t=table)
-    if pairs.num_rows == 0:
-        return groups, sizes, None
-    frags = np.array([f for members in groups for f in members], dtype=np.int64)
-    group_of = np.zeros(int(frags.max()) + 1, dtype=np.int64)
-    group_of[frags] = np.repeat(np.arange(len(groups)), [len(m) for m in groups])
-    c = pairs.column("c").to_numpy()
-    g = group_of[pairs.column("f").to_numpy()]
-    same = np.flatnonzero(c[1:] == c[:-1])
-    if same.size == 0 or np.all(g[same] == g[same + 1]):
-        return groups, sizes, None
-    n = len(groups)
-    graph = coo_matrix((np.ones(same.size), (g[same], g[same + 1])), shape=(n, n))
-    count, label = connected_components(graph, directed=False)
-    joined: dict[int, list[int]] = {}
-    joined_sizes: dict[int, int] = {}
-    for i, lab in enumerate(label):
-        joined.setdefault(int(lab), []).extend(groups[i])
-        joined_sizes[int(lab)] = joined_sizes.get(int(lab), 0) + sizes[i]
-    order = sorted(joined, key=lambda lab: min(joined[lab]))
-    out = [sorted(joined[lab]) for lab in order]
-    note = (f"{n - count} fragment group(s) joined others: records of one class of the second input lie in both "
-            "(a class is never cut)")
-    return out, [joined_sizes[lab] for lab in order], note
-
-
-def merge_neighbours(groups: list[list[int]], sizes: list[int], bad: Sequence[int]) -> tuple[list[list[int]],
-                                                                                              list[int]]:
-    """Merge each group in ``bad`` (indexes into ``groups``) with its smaller neighbour; return
-    the new groups and sizes, in fragment order."""
-    target = list(range(len(groups)))
-    taken = [False] * len(groups)
-    for g in sorted(set(bad)):
-        if taken[g]:
-            continue
-        options = [h for h in (g - 1, g + 1) if 0 <= h < len(groups) and not taken[h]]
-        if not options:
-            continue
-        h = min(options, key=lambda x: (sizes[x], x))
-        lo, hi = min(g, h), max(g, h)
-        target[hi] = lo
-        taken[lo] = taken[hi] = True
-    out: dict[int, list[int]] = {}
-    out_sizes: dict[int, int] = {}
-    for g, t in enumerate(target):
-        out.setdefault(t, []).extend(groups[g])
-        out_sizes[t] = out_sizes.get(t, 0) + sizes[g]
-    keys = sorted(out)
-    return [sorted(out[k]) for k in keys], [out_sizes[k] for k in keys]
-
-
-__all__ = ["partition", "Grouping", "fragment_groups", "merge_neighbours",
-           "fragment_bounds", "describe_sizes"]
+    return aggregate_ordered(ctx, f"SELECT {', '.join(parts)} FROM t GROUP BY {f}", "fragment", t=table)

@@ -14,15 +14,17 @@ from typing import Any
 
 import networkx as nx
 
-from . import __version__
-from .builtins import BUILTINS, StaticInput
-from .errors import AnonflowError, InputError, WorkflowError
-from .params import ParamError, suggest, validate_params
-from .plugins import Registered, Registry
-from .schema import CLASS, ROW
-from .sourcekind import SourceSpec
-from .sources import describe_source
-from .workflow.spec import WorkflowSpec
+from .. import __version__
+from ..api import StepContext
+from ..errors import AnonflowError, InputError, WorkflowError
+from ..params import metric_entries, suggest, validate_params
+from ..plugins import Registered, Registry
+from ..schema import ROW
+from ..sourcekind import SourceSpec
+from ..sources import describe_source
+from ..steps import BUILTINS, StaticInput, step_of
+from ..workflow.spec import WorkflowSpec
+from .fragments import describe_sizes, fragment_groups
 
 
 @dataclass
@@ -96,7 +98,7 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             raise WorkflowError(f"unknown step or algorithm {step.uses!r}{_uses_hint(step.uses, registry)}",
                                 where=where)
         known = list(spec.sources) + list(spec.steps)
-        node.refs = tuple(dict.fromkeys(_references(node, step.params, registry, where)))
+        node.refs = tuple(dict.fromkeys(step_of(node).references(node, step.params, registry, where)))
         for ref in node.refs:
             if ref not in known:
                 raise WorkflowError(f"a parameter names the table {ref!r}, which is neither a source nor a step"
@@ -120,27 +122,23 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
         raise WorkflowError(f"the steps form a cycle: {path}", where=str(spec.path))
 
     def priority(n: str) -> tuple:
-        node = nodes[n]
         # sources first; publishing last, so that evaluation (and its thresholds) gate it
-        rank = 0 if node.kind == "source" else (2 if node.kind == "publish" else 1)
         index = spec.steps[n].index if n in spec.steps else list(spec.sources).index(n)
-        return (rank, index)
+        return (step_of(nodes[n]).stage, index)
 
     order = list(nx.lexicographical_topological_sort(graph, key=priority))
-    order = [n for n in order if nodes[n].kind == "source" and graph.out_degree(n) > 0 or nodes[n].kind != "source"]
+    order = [n for n in order if not step_of(nodes[n]).only_when_read or graph.out_degree(n) > 0]
 
     for n in order:
         node = nodes[n]
-        if node.kind == "source":
+        step = step_of(node)
+        if step.loads:
             if check_columns:
                 node.columns = (ROW, *[c for c, _ in _describe(spec, node.source)])
             continue
         where = spec.where(f"step {n!r}")
         ins = [nodes[i] for i in node.inputs]
-        if node.kind == "algorithm":
-            lo = hi = node.plugin.obj.inputs
-        else:
-            lo, hi = BUILTINS[node.uses].min_inputs, BUILTINS[node.uses].max_inputs
+        lo, hi = step.input_range(node)
         if not lo <= len(ins) <= hi:
             want = f"{lo}" if lo == hi else f"{lo} to {hi}"
             raise WorkflowError(f"{node.uses} takes {want} input(s), got {len(ins)}", where=where)
@@ -148,60 +146,13 @@ def build_plan(spec: WorkflowSpec, registry: Registry, *, check_columns: bool = 
             if i.produces != "table":
                 raise WorkflowError(f"input {i.name!r} is a {i.uses} step and produces no table", where=where)
         static = [StaticInput(i.name, i.columns, i.typed) for i in ins]
-        given = spec.steps[n].params
-        if node.kind == "algorithm":
-            if not all(i.typed for i in static):
-                raise WorkflowError(f"algorithm {node.uses!r} needs a typed table: add a typing step "
-                                    f"between {static[0].name!r} and {n!r}", where=where)
-            try:
-                node.params = validate_params(node.plugin.obj.params, given)
-            except ParamError as exc:
-                raise WorkflowError(str(exc), where=where) from None
-            node.columns = None if static[0].columns is None else (*static[0].columns, CLASS)
-            node.typed = True
-        else:
-            b = BUILTINS[node.uses]
-            node.params = b.check_params(given, registry, where, spec.base_dir)
-            node.columns = b.validate(node.params, static, registry, where)
-            node.typed = node.kind in ("typing", "hierarchy") or \
-                (node.kind in ("filter", "sample", "partition") and static[0].typed)
+        step.plan(node, spec.steps[n].params, static, registry, where, spec.base_dir)
     return Plan(spec=spec, graph=graph, order=order, nodes=nodes)
-
-
-def _references(node: Node, given: Any, registry: Registry, where: str) -> list[str]:
-    """The tables a step's plugins name by parameters of kind ``step`` (an evaluate step's
-    metrics; an algorithm, and what its :meth:`~anonflow.api.Algorithm.references` adds),
-    read from the parameters as written (they are validated later)."""
-    from .builtins import metric_entries
-
-    given = given if isinstance(given, dict) else {}
-    found: list[str] = []
-
-    def take(params: Any, values: Any) -> None:
-        if isinstance(values, dict):
-            found.extend(str(values[p.name]) for p in params
-                         if p.kind == "step" and isinstance(values.get(p.name), str))
-
-    if node.kind == "evaluate" and "metrics" in given:
-        for name, mparams in metric_entries(given["metrics"], where):
-            if registry.has("metric", name):
-                take(registry.get("metric", name).obj.params, mparams)
-    elif node.kind == "algorithm" and node.plugin is not None:
-        algo = node.plugin.obj
-        take(algo.params, given)
-        try:
-            found.extend(str(r) for r in algo.references(given) or [])
-        except (TypeError, ValueError, KeyError, AttributeError):  # malformed parameters: validation says so
-            pass
-    return found
 
 
 def fragment_plan(algo: Any, params: dict[str, Any], table: Any, registry: Registry, store: Any) -> list[str]:
     """What ``anonflow plan`` says of an algorithm fed by a partitioned table: how it will
     run on the fragments, and which fragments it merges with neighbours first."""
-    from .api import StepContext
-    from .fragments import describe_sizes, fragment_groups
-
     if algo.summarizes(params):
         return [f"{algo.name}: each fragment's summary is computed where it lies and summed; then one run on "
                 "the whole table"]
@@ -242,28 +193,23 @@ def plan_json(plan: Plan, previews: dict[str, Any]) -> dict[str, Any]:
     return {"workflow": plan.spec.name, "seed": plan.spec.seed, "steps": steps}
 
 
-#: step kinds that only prepare data: ``anonflow plan`` runs them (in memory) to show what the
-#: algorithms will face (:meth:`anonflow.session.Session.preview`).
-PREPARATION = ("source", "typing", "filter", "sample", "hierarchy", "partition")
-
-
-#: steps that keep the typing of their (first) input: a metric's check may read the typing
-#: of the table that goes into them in place of their output, which does not exist at plan time.
-KEEPS_TYPING = ("algorithm", "filter", "sample", "partition")
 
 
 def _typed_upstream(plan: Plan, step: str, ready: list[str]) -> str | None:
     """The previewed step whose typing ``step``'s output keeps (through algorithms, filters,
     samples and partitions), or None."""
-    while step not in ready and plan.nodes[step].kind in KEEPS_TYPING and plan.nodes[step].inputs:
+    # steps that keep the typing of their (first) input (Step.keeps_typing): a metric's check may
+    # read the typing of the table that goes into them in place of their output, which does not
+    # exist at plan time
+    while step not in ready and step_of(plan.nodes[step]).keeps_typing and plan.nodes[step].inputs:
         step = plan.nodes[step].inputs[0]
     return step if step in ready else None
 
 
-def _check_publisher(plan: Plan, registry: Registry, name: str, ready: list[str], load) -> None:
+def check_publisher(plan: Plan, registry: Registry, name: str, ready: list[str], load) -> None:
     """Call the publisher's :meth:`~anonflow.api.Plugin.check` of publish step ``name`` with
     ``table=`` (its input, when a preparation step produces it) or ``typed=`` (the previewed
-    table whose typing its input keeps), as :func:`_check_metrics` does for metrics."""
+    table whose typing its input keeps), as :func:`check_metrics` does for metrics."""
     node = plan.nodes[name]
     where = plan.spec.where(f"step {name!r}")
     anon = node.inputs[0]
@@ -274,7 +220,7 @@ def _check_publisher(plan: Plan, registry: Registry, name: str, ready: list[str]
         if up is None:
             return
         tables = {"typed": load(up)}
-    own, reg, rest = BUILTINS["publish"].validate_all(node.params, registry, where)
+    own, reg, rest = step_of(node).validate_all(node.params, registry, where)
     try:
         reg.obj.check(rest, **tables)
     except AnonflowError as exc:
@@ -283,7 +229,7 @@ def _check_publisher(plan: Plan, registry: Registry, name: str, ready: list[str]
         return
 
 
-def _check_metrics(plan: Plan, registry: Registry, name: str, ready: list[str], load) -> None:
+def check_metrics(plan: Plan, registry: Registry, name: str, ready: list[str], load) -> None:
     """Call the :meth:`~anonflow.api.Plugin.check` of each metric of evaluate step ``name``
     with the tables the preview has: ``original`` (the first of two inputs, when a preparation
     step produces it), ``anonymized`` (when a preparation step produces it), else ``typed``: the
@@ -305,8 +251,6 @@ def _check_metrics(plan: Plan, registry: Registry, name: str, ready: list[str], 
             tables["typed"] = load(up)
     if not tables:
         return
-    from .builtins import metric_entries
-
     for metric, given in metric_entries(node.params["metrics"], where):
         reg = registry.get("metric", metric, where=where)
         try:

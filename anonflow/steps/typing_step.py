@@ -1,21 +1,10 @@
-"""The built-in steps, the engine's own glue around the plugins (:data:`BUILTINS`).
+"""The built-in ``typing`` step (:class:`TypingStep`): roles and types of the columns.
 
-* ``typing`` (:class:`TypingStep`): roles and types of the columns, the missing-value policy
-  (:data:`MISSING_CATEGORY`; common spellings of "missing", :data:`MISSING_SPELLINGS`, must
-  be declared), type inference (:func:`infer_type`), the sampling-weight column (role
-  ``weight``: numeric, finite and positive, :func:`_weight_cast`), and the refusals that keep
-  a table publishable: undeclared columns that look like identifiers, column names a
-  spreadsheet would run as formulas;
-* ``filter`` and ``sample``: keep the records an SQL condition selects (sandboxed, see
-  :func:`anonflow.store.condition_mask`), or a seeded random sample;
-* ``hierarchy``: build generalization hierarchies with the hierarchy-builder plugins and
-  attach them to the table;
-* ``evaluate``: run metric plugins and privacy checks, with thresholds that fail the run;
-* ``publish``: hand the table, ordered by class (:func:`for_publication`), to a publisher
-  plugin.
-
-Each declares its parameters like a plugin does, checks what it can before anything runs
-(:meth:`Builtin.check_params`, :meth:`Builtin.validate`), and then runs on Arrow tables.
+The missing-value policy (:data:`anonflow.schema.MISSING_CATEGORY`; common spellings of
+"missing", :data:`MISSING_SPELLINGS`, must be declared), type inference (:func:`infer_type`),
+the sampling-weight column (role ``weight``: numeric, finite and positive, :func:`_weight_cast`),
+and the refusals that keep a table publishable: undeclared columns that look like identifiers,
+column names a spreadsheet would run as formulas.
 """
 
 from __future__ import annotations
@@ -29,50 +18,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .api import Output, StepContext
-from .errors import InputError, RunError, WorkflowError
-from .grading import Grading, check_grading_against, load_grading
-from .hierarchy import Hierarchy
-from .params import Param, ParamError, metric_entries, suggest, validate_params
-from .schema import CLASS, FRAGMENT, MISSING_CATEGORY, ROW, TYPES, Attribute, Typing
-from .store import ident
-from .table import TypedTable
-from .workflow.model import COLUMN_LIST, METRICS, ROLE_COLUMNS, THRESHOLDS
-
-@dataclass(frozen=True)
-class StaticInput:
-    """What planning knows about an input table before anything runs."""
-
-    name: str
-    columns: tuple[str, ...] | None  # None: unknown until run time
-    typed: bool
-
-
-class Builtin:
-    uses: str = ""
-    kind: str = ""
-    produces: str = "table"  # table | metrics | files
-    min_inputs: int = 1
-    max_inputs: int = 1
-    params: tuple[Param, ...] = ()
-    description: str = ""
-
-    def check_params(self, given: Mapping[str, Any], registry: Any, where: str,
-                     base_dir: Path | None = None) -> dict[str, Any]:
-        """Validate the step's ``with:`` block; return it with defaults filled in (and files
-        it names resolved to their content, so fingerprints see a changed file)."""
-        try:
-            return validate_params(self.params, given)
-        except ParamError as exc:
-            raise WorkflowError(str(exc), where=where) from None
-
-    def validate(self, params: dict[str, Any], inputs: Sequence[StaticInput], registry: Any,
-                 where: str) -> tuple[str, ...] | None:
-        """Static checks; return the output columns if known."""
-        return None
-
-
-# -- typing ----------------------------------------------------------------------------
+from ..api import StepContext
+from ..errors import InputError, WorkflowError
+from ..grading import Grading, check_grading_against, load_grading
+from ..params import Param, suggest
+from ..schema import FRAGMENT, MISSING_CATEGORY, ROW, TYPES, Attribute, Typing
+from ..store import ident
+from ..table import TypedTable
+from ..shapes import ROLE_COLUMNS
+from .step import Step, StepOutput, StepRun
 
 _ROLE_PARAMS = ("quasi", "sensitive", "label", "insensitive", "identifier", "weight")
 
@@ -149,8 +103,12 @@ def _type_spec(value: Any, role: str, column: str, where: str) -> dict[str, Any]
     return spec
 
 
-class TypingStep(Builtin):
+class TypingStep(Step):
     uses = kind = "typing"
+    cacheable = True
+    preparation = True
+    redone_by_apply = True
+    makes_typing = True
     description = "Give each column a role and each quasi-identifier a type (SPEC section 1)."
     params = (
         Param("quasi", "any", default=[], shape=ROLE_COLUMNS,
@@ -360,6 +318,16 @@ class TypingStep(Builtin):
         # no value changed: a view of the source's records; else DuckDB writes the typed table
         out = ctx.derive(f"SELECT {select} FROM t{where_sql}", t=source, view=not changes)
         return out.replace(typing=Typing(tuple(attributes), policy)), summary
+
+    def execute(self, run: StepRun) -> StepOutput:
+        typed, summary = self.run(run.tables[0], run.node.params, run.ctx, run.where)
+        run.keep(typed)
+        return StepOutput(summary=summary)
+
+    def preview(self, summary: dict[str, Any], output: Any) -> dict[str, Any]:
+        summary = dict(summary)
+        notes = summary.pop("notes", [])
+        return {"typing": output().typing, "summary": summary, "notes": notes}
 
 
 def _literal(value: Any) -> str:
@@ -664,459 +632,4 @@ def _check_order(vals: "_Values", c: str, order: list, where: str) -> None:
     if len(missing):
         raise InputError(f"ordinal column {c!r}: value {missing[0].as_py()!r} is not in its 'order' "
                          f"({', '.join(map(str, order))})", where=where)
-
-
-# -- filter and sample -----------------------------------------------------------------
-
-
-class FilterStep(Builtin):
-    uses = kind = "filter"
-    description = "Keep the records matching an SQL condition (DuckDB dialect); the rest are counted."
-    params = (
-        Param("where", "str", help="(`filter`) SQL boolean expression over the columns; `_row` is the source "
-                                   "position"),
-    )
-
-    def validate(self, params, inputs, registry, where):
-        from .store import check_condition
-
-        check_condition(params["where"], where=where)
-        return inputs[0].columns
-
-    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext, where: str) -> tuple[TypedTable, dict]:
-        # user SQL runs sandboxed (anonflow.store.condition_mask): it sees only the input records, reads no file
-        from .store import condition_mask
-
-        # the condition may read any column, and aggregate over all records (a subquery on
-        # ``input``), so the sandbox sees the whole table; only the mask comes back
-        ordered = table.data.sort_by(ROW)
-        mask = condition_mask(params["where"], ordered, where=where)
-        kept = int(pc.sum(mask).as_py() or 0)
-        removed = table.num_rows - kept
-        ctx.note(f"kept {kept} of {table.num_rows} records ({removed} removed by {params['where']!r})")
-        summary = {"records_in": table.num_rows, "records_out": kept, "removed": removed}
-        if table.stored is None or ctx.derive is None:
-            return table.replace(data=ordered.filter(mask).cast(table.data.schema)), summary
-        # in the store: the records kept are written by DuckDB (the mask joined by position)
-        out = ctx.derive("SELECT t.* FROM t POSITIONAL JOIN m WHERE m._af_keep", t=TypedTable(None, stored=table.stored),
-                         m=pa.table({"_af_keep": mask}))
-        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored), summary
-
-
-class SampleStep(Builtin):
-    uses = kind = "sample"
-    description = "A seeded random sample of records (without replacement), in their original order."
-    params = (
-        Param("n", "int", default=None, nullable=True, min=1,
-              help="(`sample`) number of records to draw without replacement"),
-        Param("fraction", "float", default=None, nullable=True, min=0.0, max=1.0,
-              help="(`sample`) or the fraction of records; give exactly one of `n` and `fraction`"),
-    )
-
-    def validate(self, params, inputs, registry, where):
-        if (params["n"] is None) == (params["fraction"] is None):
-            raise WorkflowError("give exactly one of 'n' and 'fraction'", where=where)
-        return inputs[0].columns
-
-    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext, where: str) -> tuple[TypedTable, dict]:
-        n = params["n"] if params["n"] is not None else int(round(params["fraction"] * table.num_rows))
-        if n > table.num_rows:
-            raise InputError(f"parameter 'n' = {n} is larger than the table ({table.num_rows} records)", where=where)
-        chosen = np.sort(ctx.rng.choice(table.num_rows, size=n, replace=False))
-        ctx.note(f"sampled {n} of {table.num_rows} records")
-        summary = {"records_in": table.num_rows, "records_out": n}
-        if table.loaded or ctx.derive is None:
-            return table.replace(data=table.data.take(pa.array(chosen))), summary
-        # in the store: the chosen positions as a mask joined by position (order kept)
-        keep = np.zeros(table.num_rows, dtype=bool)
-        keep[chosen] = True
-        out = ctx.derive("SELECT t.* FROM t POSITIONAL JOIN m WHERE m._af_keep", t=table,
-                         m=pa.table({"_af_keep": keep}))
-        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored), summary
-
-
-# -- partition -------------------------------------------------------------------------
-
-#: the default largest fragment of the ``partition`` step (see anonflow/fragments.py): on Adult
-#: the smallest size at which maasae's, l-clustering's and the GCAs' paper metrics move by at
-#: most 2 % (relative) against a whole-table run, and at which maasae and l-clustering still run
-#: a million records in minutes on two cores; the MDAV family's SSE-IL moves more at any size
-#: below the whole table (docs/results.md, section 6)
-DEFAULT_MAX_RECORDS = 20_000
-
-
-class PartitionStep(Builtin):
-    uses = kind = "partition"
-    description = ("Cut a typed table into fragments (strata, then recursive median cuts on the QIs) so that each "
-                   "algorithm step fed by it runs once per fragment, in parallel on an executor.")
-    params = (
-        Param("max_records", "int", default=DEFAULT_MAX_RECORDS, min=2, nullable=True,
-              help="cut until every fragment holds at most this many records; null: strata only"),
-        Param("by", "list", default=[], shape=COLUMN_LIST,
-              help="strata: columns each combination of whose values is cut on its own"),
-        Param("columns", "list", default=None, nullable=True, shape=COLUMN_LIST,
-              help="the columns to cut on (null: the quasi-identifiers, less the strata)"),
-    )
-
-    def check_params(self, given, registry, where, base_dir=None):
-        params = super().check_params(given, registry, where, base_dir)
-        for key in ("by", "columns"):
-            value = params[key]
-            if value is None:
-                continue
-            if not all(isinstance(c, str) and c for c in value):
-                raise WorkflowError(f"parameter {key!r}: expected a list of column names, got {value!r}", where=where)
-            if len(set(value)) != len(value):
-                raise WorkflowError(f"parameter {key!r} names a column twice", where=where)
-            reserved = [c for c in value if c in (ROW, CLASS, FRAGMENT)]
-            if reserved:
-                raise WorkflowError(f"parameter {key!r}: {reserved[0]!r} is anonflow's own column", where=where)
-        if params["max_records"] is None and not params["by"]:
-            raise WorkflowError("give 'max_records' or 'by' (or both): a partition needs something to cut by",
-                                where=where)
-        return params
-
-    def validate(self, params, inputs, registry, where):
-        cols = inputs[0].columns
-        if cols is not None:
-            for key in ("by", "columns"):
-                for c in params[key] or ():
-                    if c not in cols:
-                        raise WorkflowError(f"parameter {key!r}: no column {c!r} in the input "
-                                            f"(columns: {', '.join(x for x in cols if x != ROW)})", where=where)
-            if FRAGMENT in cols:
-                raise WorkflowError("the input is partitioned already; partition the typed table once",
-                                    where=where)
-            if CLASS in cols:
-                raise WorkflowError(f"input {inputs[0].name!r} is an algorithm's output; partition the typed table "
-                                    "the algorithm reads instead", where=where)
-        if not inputs[0].typed:
-            raise WorkflowError(f"partition needs a typed table: add a typing step before it "
-                                f"(input {inputs[0].name!r})", where=where)
-        return None if cols is None else (*cols, FRAGMENT)
-
-    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext,
-            where: str) -> tuple[TypedTable, dict[str, Any]]:
-        from .fragments import partition  # the cutting lives with the fragment grouping it serves
-
-        return partition(table, params, ctx, where)
-
-
-# -- hierarchy -------------------------------------------------------------------------
-
-
-class HierarchyStep(Builtin):
-    uses = kind = "hierarchy"
-    description = "Build generalization hierarchies for columns and attach them to the table (SPEC section 2)."
-    params = ()  # one entry per column: {column: {builder: parameters}}
-
-    def check_params(self, given, registry, where, base_dir=None):
-        if not given:
-            raise WorkflowError("name at least one column: {column: {builder: parameters}}, e.g. "
-                                "age: {interval: [5, 10, 20]}", where=where)
-        out: dict[str, Any] = {}
-        for column, spec in given.items():
-            cwhere = f"{where}: column {column!r}"
-            if not isinstance(spec, Mapping) or len(spec) != 1:
-                raise WorkflowError("expected {builder: parameters}, e.g. {interval: [5, 10, 20]} or "
-                                    f"{{arx: hierarchy.csv}}; builders: {', '.join(registry.names('hierarchy'))}",
-                                    where=cwhere)
-            (name, bparams), = spec.items()
-            reg = registry.get("hierarchy", str(name), where=cwhere)
-            builder = reg.obj
-            declared = {p.name: p for p in builder.params}
-            primary = declared.get(builder.primary or "")
-            if isinstance(bparams, Mapping) and primary is not None and primary.kind in ("dict", "any") \
-                    and not set(bparams) <= set(declared):
-                bparams = {builder.primary: bparams}  # {taxonomy: {Europe: [...]}} is the tree itself
-            if not isinstance(bparams, Mapping):
-                if builder.primary is None:
-                    raise WorkflowError(f"hierarchy builder {reg.name!r} takes a mapping of parameters", where=cwhere)
-                bparams = {builder.primary: bparams}
-            try:
-                validated = validate_params(builder.params, bparams)
-            except ParamError as exc:
-                raise WorkflowError(f"hierarchy builder {reg.name!r}: {exc}", where=cwhere) from None
-            files = {}
-            for key in builder.files:
-                if validated.get(key) is None:
-                    continue
-                path = ((base_dir or Path.cwd()) / str(validated[key])).resolve()
-                if not path.is_file():
-                    raise WorkflowError(f"hierarchy file not found: {path}", where=cwhere)
-                validated[key] = str(path)
-                files[key] = _sha256(path)
-            out[str(column)] = {"builder": reg.name, "version": reg.version, "params": validated, "files": files}
-        return out
-
-    def validate(self, params, inputs, registry, where):
-        if not inputs[0].typed:
-            raise WorkflowError(f"input {inputs[0].name!r} is not typed; build hierarchies on a typing step's "
-                                "output", where=where)
-        cols = inputs[0].columns
-        if cols is not None:
-            for column in params:
-                if column not in cols:
-                    raise WorkflowError(f"column {column!r} is not in input {inputs[0].name!r}"
-                                        f"{suggest(column, cols)}", where=where)
-        return cols
-
-    def run(self, table: TypedTable, params: Mapping[str, Any], registry: Any, ctx: StepContext,
-            where: str) -> tuple[TypedTable, dict]:
-        hierarchies = dict(table.hierarchies)
-        summary: dict[str, Any] = {"hierarchies": {}}
-        for column, spec in params.items():
-            reg = registry.get("hierarchy", spec["builder"], where=where)
-            cwhere = f"{where}: column {column!r}"
-            try:  # the builder's own check, with the table and the column it is for (plan runs it too)
-                reg.obj.check(spec["params"], table=table, column=column)
-            except InputError as exc:
-                raise InputError(f"hierarchy builder {reg.name!r}: {exc.message}", where=cwhere) from None
-            # the column's distinct values in order of first appearance (DuckDB groups them)
-            values = ctx.sql(f"SELECT {ident(column)} AS v FROM t WHERE {ident(column)} IS NOT NULL GROUP BY 1 "
-                             f"ORDER BY min({ident(ROW)})", t=table).column("v").combine_chunks()
-            origin = spec["params"].get("file") or reg.name
-            built = reg.obj.build(column, values, spec["params"], ctx)
-            h = Hierarchy.from_levels(column, [built.level(i) for i in range(built.height + 1)], builder=reg.name)
-            h.validate(cwhere, str(origin))
-            h.check_covers(values, cwhere, str(origin))
-            hierarchies[column] = h
-            summary["hierarchies"][column] = h.describe()
-            ctx.note(f"{column}: {reg.name} hierarchy with levels 0..{h.height} "
-                     f"({' / '.join(map(str, h.describe()['distinct_per_level']))} distinct values)")
-        return table.replace(hierarchies=hierarchies), summary
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-# -- evaluate --------------------------------------------------------------------------
-
-
-class EvaluateStep(Builtin):
-    uses = kind = "evaluate"
-    produces = "metrics"
-    max_inputs = 2
-    description = "Compute metrics and privacy checks on [original, anonymized]; optional thresholds fail the run."
-    params = (
-        Param("metrics", "any", shape=METRICS, help="metric names, or `{name: {param: value}}`"),
-        Param("thresholds", "dict", default={}, shape=THRESHOLDS,
-              help="value name -> `{min: x}` and/or `{max: y}`; a miss fails the run (exit 1) after the values are "
-                   "stored"),
-        Param("enforce", "bool", default=True, help="fail the run when a privacy check does not hold"),
-        Param("risk_before", "bool", default=False,
-              help="with `[original, anonymized]`: also measure every risk metric (category `risk`) on the "
-                   "original, as if it were published unchanged; its values are `<metric>.before` and "
-                   "`<metric>.before.<detail>`, and thresholds may name them"),
-    )
-
-    def validate(self, params, inputs, registry, where):
-        if params.get("risk_before") and len(inputs) < 2:
-            raise WorkflowError("risk_before measures the original too: give two inputs, [original, anonymized]",
-                                where=where)
-        for name, mparams in metric_entries(params["metrics"], where):
-            reg = registry.get("metric", name, where=where)
-            if reg.obj.requires_original and len(inputs) < 2:
-                raise WorkflowError(f"metric {name!r} compares with the original table: give two inputs, "
-                                    "[original, anonymized]", where=where)
-            try:
-                validate_params(reg.obj.params, mparams)
-            except ParamError as exc:
-                raise WorkflowError(f"metric {name!r}: {exc}", where=where) from None
-        names = [n for n, _ in metric_entries(params["metrics"], where)]
-        for key, bound in params["thresholds"].items():
-            if not any(key == n or key.startswith(n + ".") for n in names):
-                raise WorkflowError(f"threshold {key!r} names no value of the listed metrics "
-                                    f"({', '.join(names)}){suggest(key, names)}", where=where)
-            if not isinstance(bound, Mapping) or not bound or set(bound) - {"min", "max"} or not all(
-                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in bound.values()):
-                raise WorkflowError(f"threshold {key!r}: expected {{min: number}} and/or {{max: number}}, got {bound!r}",
-                                    where=where)
-        for inp in inputs:
-            if not inp.typed:
-                raise WorkflowError(f"input {inp.name!r} is not typed; evaluate a typing or algorithm step's output",
-                                    where=where)
-        return None
-
-    def run(self, tables: Sequence[TypedTable], params: Mapping[str, Any], registry: Any, ctx: StepContext,
-            where: str) -> tuple[dict[str, float], list[str]]:
-        scratch: list[TypedTable] = []
-        try:
-            return self._evaluate(tables, params, registry, ctx, where, scratch)
-        finally:
-            for table in scratch:
-                ctx.discard(table)
-
-    def _evaluate(self, tables: Sequence[TypedTable], params: Mapping[str, Any], registry: Any, ctx: StepContext,
-                  where: str, scratch: list[TypedTable]) -> tuple[dict[str, float], list[str]]:
-        original, anonymized = (tables[0], tables[1]) if len(tables) == 2 else (None, tables[0])
-        unpublished = original  # every original record, before suppressed ones are set apart
-        if original is not None and anonymized.num_rows < original.num_rows and ROW in anonymized.columns:
-            # records suppressed by the algorithm: compare the published ones with their originals
-            if original.loaded or anonymized.loaded or ctx.derive is None:
-                kept = pc.is_in(original.column(ROW), value_set=anonymized.column(ROW).combine_chunks())
-                ctx.suppressed = original.num_rows - int(pc.sum(kept).as_py() or 0)
-                original = original.replace(data=original.data.filter(kept))
-            else:  # in the store
-                r = ident(ROW)
-                kept_table = ctx.derive(f"SELECT * FROM original WHERE {r} IN (SELECT {r} FROM anonymized)",
-                                        ordered=False, original=original, anonymized=anonymized)
-                ctx.suppressed = original.num_rows - kept_table.num_rows
-                original = kept_table.replace(typing=original.typing, claims=original.claims,
-                                              hierarchies=original.hierarchies)
-                scratch.append(kept_table)
-        values: dict[str, float] = {}
-        failures: list[str] = []
-        for name, given in metric_entries(params["metrics"], where):
-            reg = registry.get("metric", name, where=where)
-            mparams = validate_params(reg.obj.params, given)
-            if original is not None:
-                reg.obj.check(mparams, original=original, anonymized=anonymized)
-            else:
-                reg.obj.check(mparams, anonymized=anonymized)
-            result = self._compute(reg, name, original, anonymized, mparams, ctx, where)
-            values.update(self._values(name, result, where))
-            if params.get("risk_before") and reg.obj.category == "risk" and unpublished is not None:
-                # the same measure on the original, as if it were published unchanged
-                before = self._compute(reg, name, None, unpublished, mparams, ctx, where)
-                values.update(self._values(name, {name + ".before" + k[len(name):]: v for k, v in before.items()},
-                                           where))
-            holds = result.get(f"{name}.holds")
-            if params["enforce"] and reg.obj.category == "privacy" and holds is not None and not holds:
-                failures.append(f"privacy check {name!r} does not hold ({_fmt_detail(name, result)})")
-        for key, bound in params["thresholds"].items():
-            if key not in values:
-                raise WorkflowError(f"threshold {key!r}: the metrics returned no such value; they returned "
-                                    f"{', '.join(values)}", where=where)
-            v = values[key]
-            if "min" in bound and not (v >= bound["min"]):
-                failures.append(f"{key} = {v:g} is below the threshold min {bound['min']:g}")
-            if "max" in bound and not (v <= bound["max"]):
-                failures.append(f"{key} = {v:g} is above the threshold max {bound['max']:g}")
-        return values, failures
-
-
-    @staticmethod
-    def _compute(reg: Any, name: str, original: TypedTable | None, anonymized: TypedTable,
-                 mparams: Mapping[str, Any], ctx: StepContext, where: str) -> Mapping[str, Any]:
-        try:
-            return reg.obj.compute(original, anonymized, mparams, ctx)
-        except (InputError, RunError):
-            raise
-        except Exception as exc:
-            raise RunError(f"metric {name!r} ({reg.distribution} {reg.version}) failed: "
-                           f"{type(exc).__name__}: {exc}", where=where) from exc
-
-    @staticmethod
-    def _values(name: str, result: Mapping[str, Any], where: str) -> dict[str, float]:
-        """A metric's values as numbers, each named ``name`` or ``name.<detail>``."""
-        values: dict[str, float] = {}
-        for key, value in result.items():
-            if key != name and not key.startswith(name + "."):
-                raise RunError(f"metric {name!r} returned the value {key!r}; names must start with {name!r}",
-                               where=where)
-            try:
-                values[key] = float(value)
-            except (TypeError, ValueError):
-                raise RunError(f"metric {name!r} returned a non-number for {key!r}: {value!r}",
-                               where=where) from None
-        return values
-
-
-def _fmt_detail(name: str, result: Mapping[str, Any]) -> str:
-    parts = [f"{k} = {float(v):g}" for k, v in result.items() if k != f"{name}.holds"]
-    return ", ".join(parts)
-
-
-# -- publish ---------------------------------------------------------------------------
-
-
-class PublishStep(Builtin):
-    uses = kind = "publish"
-    produces = "files"
-    description = "Write a table with a publisher plugin (records ordered by class, row ids dropped)."
-    params = (
-        Param("publisher", "str", help="a publisher plugin: `csv`, `parquet`, `lossy-join`, `postgres` (tables in a "
-                                       "PostgreSQL database, [below](#the-postgres-publisher)), `release` (an "
-                                       "audited release directory, [releases.md](releases.md)), or a third party's"),
-        Param("row_id", "bool", default=False, help="keep `_row` (the source position) in the output; off because it "
-                                                     "can link records back; a release refuses it"),
-    )
-
-    def split(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        own = {k: v for k, v in params.items() if k in ("publisher", "row_id")}
-        rest = {k: v for k, v in params.items() if k not in own}
-        return own, rest
-
-    def check_params(self, given, registry, where, base_dir=None):
-        from .outputs import check_output_path
-
-        own, reg, rest = self.validate_all(given, registry, where)
-        if own["row_id"] and not getattr(reg.obj, "accepts_row_id", True):
-            raise WorkflowError(f"publisher {reg.name!r} does not publish _row (row_id: true): the source position "
-                                "links each published record back to its original", where=where)
-        for key in getattr(reg.obj, "outputs", ("path",)):
-            if rest.get(key) is not None:
-                check_output_path(rest[key], where=where, param=key)
-        try:  # what the publisher can tell without the table (paths, names, a signing key) fails now
-            reg.obj.check(rest, workflow_dir=base_dir)
-        except InputError as exc:
-            raise WorkflowError(exc.message, where=where) from None
-        return {**own, **rest}
-
-    def validate_all(self, params: Mapping[str, Any], registry: Any, where: str) -> tuple[dict, Any, dict]:
-        own, rest = self.split(params)
-        try:
-            own = validate_params(self.params, own)
-        except ParamError as exc:
-            raise WorkflowError(str(exc), where=where) from None
-        reg = registry.get("publisher", own["publisher"], where=where)
-        try:
-            rest = validate_params(reg.obj.params, rest)
-        except ParamError as exc:
-            raise WorkflowError(f"publisher {reg.name!r}: {exc}", where=where) from None
-        return own, reg, rest
-
-    def validate(self, params, inputs, registry, where):
-        if not inputs[0].typed:
-            raise WorkflowError(f"input {inputs[0].name!r} is not typed; publish a typing or algorithm step's output",
-                                where=where)
-        return None
-
-    def run(self, table: TypedTable, params: Mapping[str, Any], registry: Any, ctx: StepContext,
-            where: str) -> list[Output]:
-        own, reg, rest = self.validate_all(params, registry, where)
-        reg.obj.check(rest, table=table)
-        return reg.obj.publish(for_publication(table, keep_row=own["row_id"], ctx=ctx), rest, ctx)
-
-
-def for_publication(table: TypedTable, keep_row: bool = False, ctx: StepContext | None = None) -> TypedTable:
-    """Order records by class, then by their published values (never by source position,
-    which could link them back), and drop ``_row`` unless asked to keep it. A stored table
-    stays in the store: the ordering is a view the publisher reads (or copies) from."""
-    cols = table.columns
-    if not table.loaded and ctx is not None and ctx.relation is not None:
-        keys = ([CLASS] if CLASS in cols else []) + [c for c in cols if c not in (CLASS, ROW, FRAGMENT)]
-        nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
-        order = ", ".join(f"{ident(k)} ASC NULLS LAST" for k in [*keys, ROW] if k not in nested)
-        shown = ", ".join(ident(c) for c in cols if (keep_row or c != ROW) and c != FRAGMENT)
-        view = ctx.relation(f"SELECT {shown} FROM t ORDER BY {order}", rows=table.num_rows, t=table)
-        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=view.stored)
-    data = table.data
-    keys = ([CLASS] if CLASS in data.column_names else []) + [c for c in data.column_names
-                                                              if c not in (CLASS, ROW, FRAGMENT)]
-    sortable = [k for k in keys if not pa.types.is_nested(data.column(k).type)] + [ROW]
-    data = data.sort_by([(k, "ascending") for k in sortable])
-    if not keep_row:
-        data = data.drop_columns([ROW])
-    if FRAGMENT in data.column_names:  # the engine's, not the data's
-        data = data.drop_columns([FRAGMENT])
-    return table.replace(data=data)
-
-
-BUILTINS: dict[str, Builtin] = {b.uses: b for b in (TypingStep(), FilterStep(), SampleStep(), HierarchyStep(),
-                                                     PartitionStep(), EvaluateStep(), PublishStep())}
 
