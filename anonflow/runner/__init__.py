@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .fingerprint import Fingerprint, step_plugins
 from .loop import Reporter, Runner, RunResult, default_output_dir, load_run_info, step_seed, versions
-from .plan import Node, Plan, build_plan, plan_json, preview
+from .plan import Node, Plan, build_plan, plan_json
 
-__all__ = ["Runner", "RunResult", "Reporter", "Fingerprint", "Node", "Plan", "build_plan", "plan_json", "preview",
+__all__ = ["Runner", "RunResult", "Reporter", "Fingerprint", "Node", "Plan", "build_plan", "plan_json",
            "default_output_dir", "load_run_info", "step_plugins", "step_seed", "versions"]
