@@ -642,9 +642,16 @@ class Engine(Protocol):
         ``run_id``, ``status``, ``metrics``, ``outputs``, ``steps``) and ``not_replayed``
         (step name -> what it would have written outside the re-run's scratch folder)."""
 
-    def read_source(self, source: Any, db: Path) -> tuple[str, int]:
+    def rerun_policy(self) -> Any:
+        """The egress policy a re-run of someone else's workflow runs under (anonflow.egress,
+        docs/egress.md): no sink outside the re-run's scratch folder is replayed and credentials
+        go only to hosts the person verifying named. Give it to :meth:`rerun` and
+        :meth:`read_source` as ``egress``."""
+
+    def read_source(self, source: Any, db: Path, *, egress: Any = None) -> tuple[str, int]:
         """Read a source of a spec from :meth:`load_recorded` (a database's table or query) into
-        the scratch store file ``db`` as a run would; its content sha256 and record count."""
+        the scratch store file ``db`` as a run would, under the egress policy ``egress``; its
+        content sha256 and record count."""
 
     def scratch_sql(self) -> ContextManager[Callable[..., Any]]:
         """A throw-away in-memory store's ``sql(query, params=None, **tables)`` for a ``with``

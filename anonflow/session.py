@@ -511,11 +511,22 @@ class Session:
                                           history=history, policy=egress)
         return Rerun(result, dict(runner.not_replayed))
 
-    def read_source(self, source: SourceSpec, db: Path) -> tuple[str, int]:
+    @staticmethod
+    def rerun_policy() -> egress.Policy:
+        """The egress policy of a re-run: the one in force if it is a re-run's (``anonflow
+        verify`` sets it from ``--allow-host``), else a re-run's with the hosts the policy in
+        force names (anonflow.egress)."""
+        current = egress.current()
+        if not current.replay_external and current.credentials == "named":
+            return current
+        return egress.Policy(current.named, credentials="named", replay_external=False)
+
+    def read_source(self, source: SourceSpec, db: Path, *, egress: egress.Policy | None = None) -> tuple[str, int]:
         """Read ``source`` (of a spec from :meth:`load_recorded`) into the scratch store file
-        ``db`` as a run would, and return its content hash and record count (a re-run's check
-        that a database source still returns what was recorded)."""
-        with Store(db) as store:
+        ``db`` as a run would, under the egress policy ``egress``, and return its content hash
+        and record count (a re-run's check that a database source still returns what was
+        recorded)."""
+        with (egress_use(egress) if egress is not None else contextlib.nullcontext()), Store(db) as store:
             art = source.kind.load(store, source, run_id="verify")
             return art.hash, art.rows
 

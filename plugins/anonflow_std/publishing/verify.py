@@ -26,7 +26,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from anonflow import egress
 from anonflow.api import AnonflowError, InputError, cleanup_on_termination
 
 from .audit import verify_checks, verify_columns, verify_schema
@@ -439,9 +438,8 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, eng
                     copies[rel] = dst
         # someone else's workflow: nothing it names is reached on its word (anonflow.egress): no
         # sink outside the scratch folder runs, credentials go only to hosts the verifier named
-        policy = rerun_policy()
-        with egress.use(policy):
-            differ, unread = _check_postgres_sources(spec, manifest, tmp, f, engine)
+        policy = engine.rerun_policy()
+        differ, unread = _check_postgres_sources(spec, manifest, tmp, f, engine, policy)
         if changed or differ:
             return refuse("a source or a file the workflow reads differs from the one recorded")
         if unread:
@@ -486,17 +484,8 @@ def _rerun_confined(release: Path, manifest: Mapping[str, Any], f: Findings, eng
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def rerun_policy() -> Any:
-    """The egress policy of a re-run: the one in force if it is a re-run's (``anonflow verify``
-    sets it from ``--allow-host``), else a re-run's with the hosts the policy in force names."""
-    current = egress.current()
-    if not current.replay_external and current.credentials == "named":
-        return current
-    return egress.Policy(current.named, credentials="named", replay_external=False)
-
-
 def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f: Findings,
-                            engine: Any) -> tuple[bool, bool]:
+                            engine: Any, policy: Any) -> tuple[bool, bool]:
     """Read each PostgreSQL source of the workflow from its server again (the URL the manifest
     records, which holds no password: libpq takes it from PGPASSWORD or .pgpass) into a
     scratch store, and compare its content hash with the recorded ``sha256``; a finding per
@@ -513,7 +502,7 @@ def _check_postgres_sources(spec: Any, manifest: Mapping[str, Any], tmp: Path, f
         rec = recorded[idx] if idx is not None else {}
         what, label = f"source {name}", src.describe()
         try:
-            sha, rows = engine.read_source(src, tmp / "postgres-sources.duckdb")
+            sha, rows = engine.read_source(src, tmp / "postgres-sources.duckdb", egress=policy)
         except AnonflowError as exc:
             f.add(False, what, f"{label} cannot be read: {getattr(exc, 'message', exc)}")
             unread = True
