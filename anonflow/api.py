@@ -23,10 +23,13 @@ from typing import Any, Callable, ClassVar, ContextManager, Iterable, Mapping, P
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .cleanup import cleanup_on_termination, fsync_folder
+from .egress import current as current_egress
 from .errors import AnonflowError, InputError, PluginError, PurgedError, RunError
 from .filemodes import make_ordinary
+from .outputs import OutputGuard
 from .hierarchy import Hierarchy
 from .hookspecs import hookimpl
 from .params import REQUIRED, Param
@@ -363,10 +366,6 @@ class Partition:
         """``(codes, values)``: each record's value of ``column`` as an int64 code into
         ``values``, the column's distinct values as text in sorted order."""
         if column not in self.cache:
-            import pyarrow.compute as pc
-
-            from .hierarchy import value_keys
-
             if column not in self.table.columns:
                 raise InputError(f"column {column!r} is not in the table")
             keys = value_keys(self.table.data.column(column))
@@ -574,8 +573,6 @@ class StepContext:
         (``..``, or a symbolic link leading out), would write over the store or a file the
         workflow reads, or names an existing file this store did not publish (see
         :mod:`anonflow.outputs`). Publishers must resolve every path they write through this."""
-        from .outputs import OutputGuard
-
         guard = self.output_guard or OutputGuard(self.output_dir)
         return guard.resolve(path)
 
@@ -585,9 +582,7 @@ def check_destination(destination: str, what: str) -> list[str]:
     the hosts it reaches; raise :class:`InputError` (one line, the password never repeated)
     when it may not be reached or holds a password. ``what`` names the step for the message.
     Call it right before connecting (see :meth:`Publisher.destinations`)."""
-    from .egress import current
-
-    return current().check_destination(destination, what)
+    return current_egress().check_destination(destination, what)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 from urllib.parse import urlsplit
 
-from .errors import InputError
+from .errors import AnonflowError, InputError
 from .pgurl import parse
 
 #: the user's file of allowed hosts, under $XDG_CONFIG_HOME/anonflow (default ~/.config/anonflow)
@@ -248,8 +248,6 @@ def use(policy: Policy) -> Iterator[Policy]:
 def sink_destinations(publisher: Any, params: Any, what: str) -> list[str]:
     """The destinations a publisher declares for these parameters (a list of URLs; none for
     a publisher that writes only inside the output folder)."""
-    from .errors import AnonflowError
-
     declare = getattr(publisher, "destinations", None)
     try:
         found = declare(params) if callable(declare) else []
