@@ -16,7 +16,7 @@ import anonflow
 from anonflow.memtable import arrow_sha256, to_arrow
 from anonflow.store import Store
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
 API_MD = ROOT / "docs" / "api.md"
 

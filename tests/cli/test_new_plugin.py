@@ -19,7 +19,7 @@ from anonflow.api import hookimpl
 from anonflow.cli import main
 from anonflow.scaffold import generate
 
-from .conftest import install_site
+from tests.support.helpers import install_site
 
 PLUGINS = {("algorithm", "acme.sorted-groups"), ("metric", "acme.class-size"), ("publisher", "acme.jsonl"),
            ("hierarchy", "acme.prefix")}

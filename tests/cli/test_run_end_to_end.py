@@ -9,7 +9,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from .conftest import CENSUS_QI, census_workflow, write
+from tests.support.helpers import CENSUS_QI, census_workflow, write
 
 
 def run_json(cli, *args):
@@ -164,7 +164,7 @@ def test_files_that_are_not_tables_show_no_row_count(cli, project):
     RUN_ID`` and their --json show no row count for it (null in JSON), and a table's count."""
     from anonflow.api import Output, Publisher, atomic_write
 
-    from .test_plugins import Provider, use
+    from tests.registry.test_registration import Provider, use
 
     class TableAndNote(Publisher):
         name = "test.table-and-note"

@@ -26,7 +26,7 @@ from anonflow.builtins import BUILTINS
 from anonflow.params import REQUIRED
 from anonflow.store import schema_markdown
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 WORKFLOWS_MD = DOCS / "workflows.md"
@@ -509,7 +509,7 @@ def test_readme_run_synopsis_matches_the_cli():
 # -- the store ----------------------------------------------------------------------------
 
 def test_store_schema_doc_is_rendered_from_the_migrations():
-    """Regenerate with ANONFLOW_REGEN_DOCS=1 python -m pytest tests/test_docs.py."""
+    """Regenerate with ANONFLOW_REGEN_DOCS=1 python -m pytest tests/docs/test_docs.py."""
     path = DOCS / "store.md"
     text = path.read_text()
     if os.environ.get("ANONFLOW_REGEN_DOCS"):
@@ -526,8 +526,8 @@ def test_readme_links_resolve():
 
 def test_readme_holds_the_commands_ci_runs():
     """.ci/run greps README.md for its test command; a README edit must not lose it."""
-    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
     test_cmd = re.search(r'^test_cmd="(.+)"$', ci, re.M).group(1)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert test_cmd in readme
     assert "pip install . && anonflow run workflows/" in readme  # command 1: a real workflow on shipped data

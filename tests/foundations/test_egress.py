@@ -11,7 +11,7 @@ or the API names a Dask scheduler, and a LocalCluster anonflow starts speaks TLS
 runs under a statement timeout; ``verify`` never prints the digest of what a manifest's query
 returns.
 
-"Another host" is :data:`tests.netns.OTHER_HOST`, an address added to the loopback interface
+"Another host" is :data:`tests.support.netns.OTHER_HOST`, an address added to the loopback interface
 of a network namespace of the test's own, with a fake PostgreSQL server listening there that
 records whatever a client sends it (a password included): nothing ever leaves the machine.
 """
@@ -35,11 +35,11 @@ import pytest
 from anonflow import plugins
 from anonflow.api import Output, Param, Publisher, hookimpl
 
-from . import netns, pgserver
-from .conftest import DATA, census_workflow
-from .netns import OTHER_HOST
+from tests.support import netns, pgserver
+from tests.support.helpers import DATA, census_workflow
+from tests.support.netns import OTHER_HOST
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CENSUS = DATA / "sdcmicro" / "CASCrefmicrodata.csv"
 PG_SECRET = "verifier-pg-secret-3b9e"     # the verifier's PGPASSWORD in the namespace tests
 HASH_SECRET = "hash-user-secret-91c4"     # the password hidden behind 'u#:' in a URL

@@ -6,7 +6,7 @@ import pytest
 from anonflow.errors import InputError, WorkflowError
 from anonflow.grading import Grading, check_grading_against, load_grading, parse_grading, sensitivity_distance
 
-from .conftest import DATA
+from tests.support.helpers import DATA
 
 ADULT_GRADING = DATA / "gradings" / "adult-occupation.yaml"
 

@@ -12,7 +12,7 @@ from anonflow.hierarchy import Hierarchy, value_keys
 from anonflow.testing import make_context
 from anonflow_std.generalization.hierarchies import ArxFile, Intervals, Masking, Taxonomy
 
-from .conftest import DATA, write
+from tests.support.helpers import DATA, write
 
 ARX = DATA / "arx"
 ATTRIBUTES = ["age", "education", "marital-status", "native-country", "occupation", "race", "salary-class",

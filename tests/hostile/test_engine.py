@@ -19,7 +19,7 @@ import pytest
 
 from anonflow.store import Store
 
-from .conftest import census_workflow
+from tests.support.helpers import census_workflow
 
 
 def _sha(path: Path) -> str:
@@ -115,7 +115,7 @@ def test_publishing_never_writes_over_the_store_a_source_or_the_workflow(cli, pr
 
 
 def test_publishing_never_writes_over_a_hierarchy_file(cli, tmp_path):
-    from .conftest import DATA
+    from tests.support.helpers import DATA
 
     (tmp_path / "h.csv").write_text("Male;*\nFemale;*\n")
     (tmp_path / "data").mkdir()
@@ -501,7 +501,7 @@ def test_report_never_writes_over_the_runs_inputs_and_asks_before_overwriting(cl
 
 @pytest.fixture
 def adult300(tmp_path):
-    from .conftest import DATA
+    from tests.support.helpers import DATA
 
     lines = (DATA / "adult" / "adult_full.csv").read_text().splitlines()[:301]
     (tmp_path / "a.csv").write_text("\n".join(lines) + "\n")

@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import write
+from tests.support.helpers import write
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: SQL that matches a pattern (the engine writes SQL keywords in capitals), and DuckDB's glob()
 SQL_PATTERN = re.compile(r"\b(I?LIKE|GLOB|SIMILAR TO)\b|\bglob\(|\blike_escape\b|\bfnmatch\b")
 ODD = "ä [1]*?%_ é"

@@ -26,11 +26,11 @@ import pytest
 from anonflow import codehash, plugins
 from anonflow.api import CLASS, Algorithm, Param, hookimpl
 
-from .conftest import write
-from .test_release import verify
-from .test_release_trust import scratch_root  # noqa: F401 (a fixture)
+from tests.support.helpers import write
+from tests.plugins.publishing.test_release import verify
+from tests.plugins.publishing.test_release_trust import scratch_root  # noqa: F401 (a fixture)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PLUGIN = '''
 import numpy as np

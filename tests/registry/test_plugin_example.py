@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import install_site
+from tests.support.helpers import install_site
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "plugin-example"
 
 

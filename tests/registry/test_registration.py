@@ -14,9 +14,9 @@ from anonflow import hookspecs, plugins
 from anonflow.api import CLASS, Algorithm, Hierarchy, HierarchyBuilder, Metric, Output, Param, Publisher, hookimpl
 from anonflow.errors import PluginError
 
-from .conftest import census_workflow, write
+from tests.support.helpers import census_workflow, write
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HOOKS = [name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("anonflow_")]
 
 

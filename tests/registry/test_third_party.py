@@ -1,4 +1,4 @@
-"""A third-party plugin package (tests/thirdparty/acme: Mondrian, t-closeness, JSON Lines),
+"""A third-party plugin package (tests/registry/thirdparty/acme: Mondrian, t-closeness, JSON Lines),
 written against the documented API only, installed into a scratch site as a user would and
 driven from the CLI in subprocesses: its workflow reads its source by an absolute path, runs,
 is released, verifies with ``--rerun``, and a fix to its code without a version bump is run
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import install_site
+from tests.support.helpers import install_site
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "tests" / "thirdparty" / "acme"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "tests" / "registry" / "thirdparty" / "acme"
 ADULT = ROOT / "workflows" / "data" / "adult" / "adult_full.csv"
 
 

@@ -1,7 +1,7 @@
 """Interrupted runs leave nothing behind (anonflow.cleanup).
 
 Real signals to real ``anonflow run`` processes. The runs use a third-party test plugin
-(tests/slowplugin: an algorithm and a publisher that mark their process and then wait), found
+(tests/runner/slowplugin: an algorithm and a publisher that mark their process and then wait), found
 like an installed plugin through ``PYTHONPATH``, so each signal arrives at a known point:
 while every worker holds a fragment group, or while a later publish step runs.
 
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import write
+from tests.support.helpers import write
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SLOW_PLUGIN = Path(__file__).resolve().parent / "slowplugin"
 
 

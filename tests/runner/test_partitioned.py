@@ -38,7 +38,7 @@ from click.testing import CliRunner
 from anonflow.errors import WorkflowError
 from anonflow.spec import load_workflow
 
-from .conftest import DATA, write
+from tests.support.helpers import DATA, write
 
 ADULT = DATA / "adult" / "adult_full.csv"
 ARX = DATA / "arx"
@@ -1238,7 +1238,7 @@ def _spy_algorithm(crash: bool = False):
 
 
 def _use(*algorithms):
-    from .test_plugins import Provider, use
+    from tests.registry.test_registration import Provider, use
 
     return use(Provider(algorithms=list(algorithms)))
 

@@ -11,7 +11,7 @@ import pytest
 from anonflow.api import Metric, Param, hookimpl
 from anonflow.params import ParamError, validate_params
 
-from .conftest import write
+from tests.support.helpers import write
 
 
 class PopulationSize(Metric):

@@ -16,8 +16,8 @@ from anonflow import plugins
 from anonflow.api import CLASS, Algorithm, Param
 from anonflow.store import Store
 
-from .conftest import DATA
-from .test_plugins import Provider
+from tests.support.helpers import DATA
+from tests.registry.test_registration import Provider
 
 ARX = DATA / "arx"
 
@@ -171,8 +171,8 @@ def test_a_third_party_algorithm_gets_the_cap_only_by_declaring_that_it_suppress
 def lattice_workflow(folder: Path, lattice: str, n: int = 400, metrics: str = "[k-anonymity]") -> Path:
     """test_lattice's workflow on n records of ARX's Adult: age in 5/10/20-year intervals, ARX's
     hierarchies for sex, race and education."""
-    from .test_lattice import AGE, HIER
-    from .test_lattice import lattice_workflow as workflow
+    from tests.plugins.generalization.test_lattice import AGE, HIER
+    from tests.plugins.generalization.test_lattice import lattice_workflow as workflow
 
     return workflow(folder, {**AGE, **HIER}, lattice, n, metrics)
 

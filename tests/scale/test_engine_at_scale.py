@@ -18,8 +18,8 @@ from anonflow.spec import Resources, load_workflow
 from anonflow.store import Store
 from anonflow.table import table_hash
 
-from .conftest import DATA, census_workflow, write
-from .test_plugins import Provider, census_using, use
+from tests.support.helpers import DATA, census_workflow, write
+from tests.registry.test_registration import Provider, census_using, use
 
 
 def run_json(cli, *args):

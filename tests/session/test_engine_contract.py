@@ -17,9 +17,9 @@ import pytest
 from anonflow import codehash, plugins
 from anonflow.api import Hierarchy, HierarchyBuilder, InputError, Param, Publisher, hookimpl
 
-from .conftest import census_workflow, install_site, write
+from tests.support.helpers import census_workflow, install_site, write
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "plugin-example"
 
 PLUGIN = '''

@@ -1,7 +1,7 @@
 import hashlib
 import re
 
-from .conftest import DATA
+from tests.support.helpers import DATA
 
 
 def test_shipped_data_matches_its_recorded_checksums():

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from . import leakscan
-from .conftest import WORKFLOWS
+from tests.support import leakscan
+from tests.support.helpers import WORKFLOWS
 
 PUBLISHING = sorted(p.name for p in WORKFLOWS.glob("*.yaml")
                     if any(s.get("uses") == "publish" for s in yaml.safe_load(p.read_text())["steps"].values()))

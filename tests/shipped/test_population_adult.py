@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from .conftest import DATA, run_shipped
+from tests.support.helpers import DATA, run_shipped
 
 QIS = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation"]
 

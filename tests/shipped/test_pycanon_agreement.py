@@ -54,7 +54,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from .conftest import WORKFLOWS
+from tests.support.helpers import WORKFLOWS
 
 pycanon = pytest.importorskip("pycanon")
 from pycanon import anonymity  # noqa: E402

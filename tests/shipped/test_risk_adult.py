@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from .conftest import DATA, WORKFLOWS, run_shipped
+from tests.support.helpers import DATA, WORKFLOWS, run_shipped
 
 QIS = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation"]
 SA = "salary-class"

@@ -1,4 +1,4 @@
-"""PostgreSQL as a source and a sink, against a real server (tests/pgserver.py).
+"""PostgreSQL as a source and a sink, against a real server (tests/support/pgserver.py).
 
 Adult (workflows/data/arx/adult.csv) is loaded into PostgreSQL with the driver, read back by
 workflows with ``postgres:`` + ``table:`` and ``query:``, and what they publish is compared
@@ -24,9 +24,9 @@ from anonflow import plugins
 from anonflow.postgres import display, url_problem
 from anonflow.spec import load_workflow
 
-from . import pgserver
+from tests.support import pgserver
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARX = ROOT / "workflows" / "data" / "arx"
 COLUMNS = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation",
            "salary-class"]

@@ -15,8 +15,8 @@ import pytest
 
 from anonflow.api import CLASS, Algorithm, Metric, Param
 
-from .conftest import census_workflow
-from .test_plugins import Provider, census_using, use
+from tests.support.helpers import census_workflow
+from tests.registry.test_registration import Provider, census_using, use
 
 
 class CopiesClaims(Algorithm):

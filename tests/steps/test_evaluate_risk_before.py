@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 from anonflow import plugins
 from anonflow.api import Metric, hookimpl
 
-from .conftest import census_workflow
+from tests.support.helpers import census_workflow
 
 
 class DistinctKeys(Metric):

@@ -338,7 +338,7 @@ def test_retain_published_on_a_lattice_leaves_no_original_value_and_reruns_the_s
     quasi-identifiers); the next run computes them again and publishes the same bytes."""
     import pyarrow.csv as pacsv
 
-    from .conftest import WORKFLOWS
+    from tests.support.helpers import WORKFLOWS
 
     wf = WORKFLOWS / "arx-adult-k5.yaml"
     source = pacsv.read_csv(WORKFLOWS / "data" / "arx" / "adult.csv",

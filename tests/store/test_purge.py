@@ -3,7 +3,7 @@ section 5): a store with other names (hard links) is refused in one line, a purg
 known point is visible to ``anonflow runs`` and finished by the next writable open, and after
 ``retain: published`` and ``purge --all`` no original value is left anywhere in the store file,
 error messages of failed runs included. Values are looked for in the store's bytes, as
-tests/leakscan.py does."""
+tests/support/leakscan.py does."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 
 from anonflow.store import REDACTED, Store
 
-from .test_store_confidentiality import originals_in, workflow
+from tests.store.test_confidentiality import originals_in, workflow
 
 #: a value only the source holds, which a typing error quotes
 SECRET = "Qzsecret7Wyvernhold"

@@ -1,5 +1,5 @@
 """Code run inside a network namespace of its own, with a fake PostgreSQL server listening in it
-(tests/test_egress.py).
+(tests/foundations/test_egress.py).
 
 :func:`run` starts ``unshare -n python -c SCRIPT``: the namespace has only its own loopback
 interface, brought up, with :data:`OTHER_HOST` added to it, so "another host" is an address

@@ -1,4 +1,4 @@
-"""A throw-away PostgreSQL server for the tests (``tests/test_postgres.py``).
+"""A throw-away PostgreSQL server for the tests (``tests/sources/test_postgres.py``).
 
 :func:`start` runs ``initdb`` into a fresh temporary folder, then ``pg_ctl start`` on a free
 TCP port of 127.0.0.1 (its unix socket in the same folder); :meth:`PgServer.stop` stops it

@@ -1,4 +1,4 @@
-"""The leak scanner (tests/leakscan.py) on hand-made bytes and a hand-made output folder: what
+"""The leak scanner (tests/support/leakscan.py) on hand-made bytes and a hand-made output folder: what
 it finds, what it must not, and that a planted leak fails the check. No workflow runs."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from . import leakscan
-from .leakscan import distinctive_values, original_rows, release_leaks, scan
+from tests.support import leakscan
+from tests.support.leakscan import distinctive_values, original_rows, release_leaks, scan
 
 
 def _table(**cols: list[str]) -> pa.Table:

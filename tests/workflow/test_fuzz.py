@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from anonflow.cli import main
 
-from .conftest import WORKFLOWS
+from tests.support.helpers import WORKFLOWS
 
 SHIPPED = sorted(WORKFLOWS.glob("*.yaml"))
 EXAMPLES = int(os.environ.get("ANONFLOW_FUZZ_EXAMPLES", "300"))

@@ -18,7 +18,7 @@ import pytest
 import anonflow
 from anonflow.workflow_schema import json_schema_text
 
-from .conftest import ROOT, census_workflow, write
+from tests.support.helpers import ROOT, census_workflow, write
 
 SCHEMA_FILE = ROOT / "anonflow" / "schemas" / "workflow.schema.json"
 

@@ -7,7 +7,7 @@ from anonflow.errors import InputError, WorkflowError
 from anonflow.plugins import get_registry
 from anonflow.spec import load_workflow, parse_override
 
-from .conftest import census_workflow, write
+from tests.support.helpers import census_workflow, write
 
 
 def plan_of(path, *overrides):

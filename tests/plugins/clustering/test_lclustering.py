@@ -29,7 +29,7 @@ from anonflow_std.clustering import lclustering as lc
 from anonflow_std.clustering.lclustering import LClustering, infer_resolution, l_clustering
 from anonflow_std.utility.generalized_loss import GeneralizationLoss, RelativeLoss
 
-from .conftest import DATA, WORKFLOWS, write
+from tests.support.helpers import DATA, WORKFLOWS, write
 
 ADULT_QI = ["age", "sex", "race", "marital-status", "education", "native-country", "workclass", "income"]
 NO_PARAMS = {"weights": None, "resolution": None}
@@ -159,7 +159,7 @@ def test_ordinal_and_semantic_attributes():
 
 # -- metrics on the kernel tests' hand numbers ------------------------------------------------
 #
-# tests/kernels/test_generalized.py: t0 = (21, China), t1 = (23, India), t2 = (22, China),
+# tests/plugins/common/test_generalized.py: t0 = (21, China), t1 = (23, India), t2 = (22, China),
 # t3 = (28, Japan); classes {t0, t2} -> ([21-22], {China}), {t1, t3} -> ([23-28], {India,Japan}):
 # L(D, D*) = 2 + 8 + 2 + 8 = 20; over the observed domain [21, 28] and 3 countries,
 # L(D, D_c) = 4 * (8 + 3) = 44.

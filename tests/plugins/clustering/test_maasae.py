@@ -37,7 +37,7 @@ from anonflow_std.privacy.distinct_diversity import LDiversity, PSensitiveKAnony
 from anonflow_std.privacy.kanonymity import KAnonymity
 from anonflow_std.utility.class_metrics import AvgEnt, AvgIl, Cavg
 
-from .conftest import DATA, WORKFLOWS
+from tests.support.helpers import DATA, WORKFLOWS
 
 ADULT_QI = {"age": "continuous", "sex": "nominal", "race": "nominal", "education": "nominal",
             "native-country": "nominal", "workclass": "nominal", "fnlwgt": "semantic"}

@@ -13,7 +13,7 @@ import pyarrow.csv as pacsv
 from anonflow.schema import ROW, Attribute, Typing
 from anonflow.table import TypedTable
 
-ADULT = Path(__file__).resolve().parents[2] / "workflows" / "data" / "adult" / "adult_full.csv"
+ADULT = Path(__file__).resolve().parents[3] / "workflows" / "data" / "adult" / "adult_full.csv"
 
 
 def table(columns: Mapping[str, list[Any]], types: Mapping[str, str], *,

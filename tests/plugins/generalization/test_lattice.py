@@ -25,7 +25,7 @@ from anonflow_std.generalization.lattice import BOUND_MARGIN, Lattice, Search, S
 from anonflow_std.privacy.kanonymity import KAnonymity
 from anonflow_std.utility.reconstruction import ReconstructionDistance
 
-from .conftest import DATA, write
+from tests.support.helpers import DATA, write
 
 ARX = DATA / "arx"
 
@@ -652,7 +652,7 @@ def test_workflow_with_an_unsatisfiable_model_names_the_least_violating_node(cli
 @pytest.mark.parametrize("name, size", [("arx-adult-k5.yaml", "6,480"), ("mi-loss-adult.yaml", "874,800"),
                                         ("l-incognito-adult.yaml", "5,184"), ("gca-adult.yaml", "1,296")])
 def test_shipped_lattice_workflows_are_valid_and_plan_shows_the_lattice_size(cli, name, size):
-    from .conftest import WORKFLOWS
+    from tests.support.helpers import WORKFLOWS
 
     res = cli("plan", WORKFLOWS / name)
     assert res.exit_code == 0, res.output
@@ -688,7 +688,7 @@ def test_plan_reports_bad_hierarchies_before_anything_runs(cli, tmp_path):
 @pytest.mark.slow
 def test_arx_adult_k5_workflow(cli, tmp_path):
     """ARX's Adult, its 8 QIs and hierarchies, k = 5, no suppression (6,480 nodes)."""
-    from .conftest import WORKFLOWS
+    from tests.support.helpers import WORKFLOWS
 
     res = cli("run", WORKFLOWS / "arx-adult-k5.yaml", "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path, "--json")
     assert res.exit_code == 0, res.output
@@ -702,7 +702,7 @@ def test_arx_adult_k5_workflow(cli, tmp_path):
 def test_l_incognito_workflow_loss_equals_l_clusterings_relative_loss(cli, tmp_path):
     """Seed 001's baseline on all of Adult: distinct l-diversity holds on the output, and the
     lattice's objective (generalization-rl) equals L-clustering's relative-loss on it."""
-    from .conftest import WORKFLOWS
+    from tests.support.helpers import WORKFLOWS
 
     res = cli("run", WORKFLOWS / "l-incognito-adult.yaml", "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path,
               "--set", "anon.model_params={l: 3}", "--set", "typed.quasi=[age, sex, race, marital-status]", "--json")
@@ -715,8 +715,8 @@ def test_l_incognito_workflow_loss_equals_l_clusterings_relative_loss(cli, tmp_p
 @pytest.mark.slow
 def test_mi_loss_adult_workflow(cli, tmp_path):
     """Seed 004's setting on all of Adult (11 QIs, 874,800 nodes), k = 5, MI Loss; the
-    classifier is left out here (tests/test_utility_metrics.py tests it)."""
-    from .conftest import WORKFLOWS
+    classifier is left out here (tests/plugins/utility/test_loss_models.py tests it)."""
+    from tests.support.helpers import WORKFLOWS
 
     res = cli("run", WORKFLOWS / "mi-loss-adult.yaml", "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path, "--json",
               "--set", "scores.metrics=[k-anonymity, loss, entropy-loss, mi-loss]",
@@ -726,8 +726,8 @@ def test_mi_loss_adult_workflow(cli, tmp_path):
     m = out["metrics"]
     assert m["scores.k-anonymity.holds"] == 1.0
     # the weights the run used, against a computation that shares no code with the plugin
-    # (tests/test_utility_metrics.py: the MI definition over contingency tables)
-    from .test_utility_metrics import QI11, independent_mi_weights
+    # (tests/plugins/utility/test_loss_models.py: the MI definition over contingency tables)
+    from tests.plugins.utility.test_loss_models import QI11, independent_mi_weights
 
     want = independent_mi_weights(pacsv.read_csv(DATA / "adult" / "adult_full.csv"), QI11, "income")
     for q in QI11:

@@ -37,7 +37,7 @@ from anonflow.params import validate_params
 from anonflow.plugins import get_registry
 from anonflow.testing import make_context
 
-from .test_lattice import adult, published, run_lattice, use
+from tests.plugins.generalization.test_lattice import adult, published, run_lattice, use
 
 BUILT_IN = ("loss", "entropy-loss", "mi-loss", "generalization-rl")
 

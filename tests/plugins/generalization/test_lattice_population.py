@@ -25,7 +25,7 @@ from anonflow.schema import Attribute
 from anonflow.testing import run_workflow
 from anonflow_std.generalization.lattice import Space
 
-from .conftest import DATA
+from tests.support.helpers import DATA
 
 QIS = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation"]
 

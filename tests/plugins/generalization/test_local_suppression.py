@@ -16,7 +16,7 @@ from anonflow.testing import check_claims, make_context, run_workflow, typed_tab
 from anonflow_std.generalization.local_suppression import LocalSuppression, importance_order, suppress
 from anonflow_std.privacy import wildcard as W
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ADULT = ROOT / "workflows" / "data" / "arx" / "adult.csv"
 ADULT_QIS = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation"]
 QI_SQL = ", ".join(sql_ident(q) for q in ADULT_QIS)

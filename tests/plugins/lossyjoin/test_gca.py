@@ -34,7 +34,7 @@ from anonflow_std.privacy.counts import pair_consistency_sql, pair_counts_sql, t
 from anonflow_std.risk.sensitivity import SensitivityDistance
 from anonflow_std.utility.reconstruction import ReconstructionDistance
 
-from .conftest import DATA, WORKFLOWS, census_workflow
+from tests.support.helpers import DATA, WORKFLOWS, census_workflow
 
 ADULT_QI = {"age": "continuous", "workclass": "nominal", "education": "nominal", "marital-status": "nominal",
             "relationship": "nominal", "race": "nominal"}

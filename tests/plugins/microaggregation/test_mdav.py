@@ -15,7 +15,7 @@ from anonflow_std.microaggregation.mdav import Mdav
 from anonflow_std.privacy.kanonymity import KAnonymity
 from anonflow_std.utility.sse import SseIl
 
-from .conftest import DATA
+from tests.support.helpers import DATA
 
 EIA_COLUMNS = ["UTILITYID", "RESREVENUE", "RESSALES", "COMREVENUE", "COMSALES", "INDREVENUE", "INDSALES",
                "OTHREVENUE", "OTHRSALES", "TOTREVENUE", "TOTSALES"]

@@ -28,9 +28,9 @@ from anonflow_std.microaggregation.kernels import Euclidean, mdav_partition, vmd
 from anonflow_std.microaggregation.grey import Grey, grey_scores
 from anonflow_std.utility.sse import SseIl
 
-from .conftest import WORKFLOWS, census_workflow
-from .test_mdav import load as load_table
-from .test_microagg_kernel import load as load_z
+from tests.support.helpers import WORKFLOWS, census_workflow
+from tests.plugins.microaggregation.test_mdav import load as load_table
+from tests.plugins.microaggregation.test_mdav_kernel import load as load_z
 
 # -- reference implementation -------------------------------------------------------------
 

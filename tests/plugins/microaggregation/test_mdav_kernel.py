@@ -16,7 +16,7 @@ import pytest
 
 from anonflow_std.microaggregation.kernels import mdav_partition
 
-DATA = Path(__file__).resolve().parents[1] / "workflows" / "data"
+DATA = Path(__file__).resolve().parents[3] / "workflows" / "data"
 
 ADULT_NUMERIC = ["age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week"]
 

@@ -25,7 +25,7 @@ from anonflow_std.privacy.counts import pair_consistency_sql, pair_counts_sql, t
 from anonflow_std.privacy.distinct_diversity import LDiversity, PSensitiveKAnonymity
 from anonflow_std.privacy.kanonymity import KAnonymity
 
-from .test_missing_policy import GRADING, compute, partition, table
+from tests.plugins.privacy.test_missing_values import GRADING, compute, partition, table
 
 
 def run(metric, t, **params):
@@ -228,7 +228,7 @@ def test_k_figures_of_a_qi_table():
 def adult_classes():
     """500 Adult records in 60 random classes, occupation as the sensitive attribute (with the
     missing-value marker kept as a category), so every model has classes on both sides."""
-    from .conftest import DATA
+    from tests.support.helpers import DATA
 
     import pyarrow.csv as pv
 

@@ -27,7 +27,7 @@ from anonflow_std.privacy.distinct_diversity import LDiversity, PSensitiveKAnony
 from anonflow_std.risk.sensitivity import SensitivityDistance
 from anonflow_std.utility.class_metrics import AvgEnt
 
-from .conftest import write
+from tests.support.helpers import write
 
 GRADING = {"levels": [{"alpha": 0.5, "values": ["flu"]}, {"alpha": 0.6, "values": ["cold", "none"]}]}
 

@@ -34,7 +34,7 @@ from anonflow_std.privacy.recursive_cl_diversity import RecursiveCLDiversity
 from anonflow_std.privacy.reidentification_risk import AverageRisk, HighestRisk, smallest_first
 from anonflow_std.privacy.t_closeness import TCloseness
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 _CTX = []

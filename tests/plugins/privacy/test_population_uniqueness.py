@@ -2,7 +2,7 @@
 privacy model ``PopulationUniqueness``).
 
 - the estimate and ARX's verdict on hand-computed histograms (Zayatz by hand; Pitman / Zayatz
-  figures of ARX's own classes from tests/test_risk_reidentification.py), including ARX's
+  figures of ARX's own classes from tests/plugins/risk/test_reidentification.py), including ARX's
   Dankar rule *without* the Zayatz fallback, and the edge cases (no sample unique, nothing left);
 - ARX's binary search over the number of smallest classes suppressed, against a line-by-line
   simulation of ``HashGroupifyDistribution.suppressWhileNotFulfilledBinary`` (entry flags and
@@ -39,14 +39,14 @@ from anonflow_std.privacy import population_uniqueness as PU
 from anonflow_std.privacy.population_uniqueness import MaxPopulationUniqueness, arx_suppressed_classes, estimate
 from anonflow_std.risk import reidentification as R
 
-from .conftest import DATA
+from tests.support.helpers import DATA
 
 ARX_DIR = DATA / "arx"
 NAME = "max-population-uniqueness"
 M = MaxPopulationUniqueness()
 USA = 317_238_626
 
-# ARX's own figures (tests/test_risk_reidentification.py): HIST has n = 251 records, u = 114
+# ARX's own figures (tests/plugins/risk/test_reidentification.py): HIST has n = 251 records, u = 114
 # classes, c_1 = 50; at N = 5000 Dankar takes Pitman, 15.223150721164707 uniques; at N = 600
 # (f = 0.418) SNB is NaN and Dankar takes Zayatz, 52.42546971366605 uniques. SMALL at the USA:
 # Pitman fails, Zayatz 33011307.663388487 (the risk metric's Dankar falls back to it).

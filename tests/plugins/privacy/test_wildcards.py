@@ -28,7 +28,7 @@ from anonflow_std.risk.individual import IndividualRisk
 from anonflow_std.risk.reidentification import PopulationUniquenessMetric, ReidentificationRisk, SampleUniqueness
 from anonflow_std.risk.suda import Suda2
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 # sex, age, zip; None is a suppressed cell (the example of docs/algorithms.md)
 # compatible counts: r0 5, r1 5, r2 5, r3 3, r4 6, r5 6; distinct keys: 5

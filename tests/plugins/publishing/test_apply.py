@@ -19,7 +19,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from .conftest import CENSUS_QI, DATA, WORKFLOWS
+from tests.support.helpers import CENSUS_QI, DATA, WORKFLOWS
 
 HIERARCHIES = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation"]
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CENSUS_QI, DATA, census_workflow
-from .test_apply import adult  # noqa: F401  (the module fixture: ARX Adult, a lattice release)
-from .test_release import RELEASE, failures, run_json, verify
-from .test_release_trust import SIGNED, forge, keygen
+from tests.support.helpers import CENSUS_QI, DATA, census_workflow
+from tests.plugins.publishing.test_apply import adult  # noqa: F401  (the module fixture: ARX Adult, a lattice release)
+from tests.plugins.publishing.test_release import RELEASE, failures, run_json, verify
+from tests.plugins.publishing.test_release_trust import SIGNED, forge, keygen
 
 
 def _batch(project: Path, rows: int = 300) -> Path:

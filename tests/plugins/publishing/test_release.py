@@ -25,7 +25,7 @@ import yaml
 
 from anonflow.store import Store
 
-from .conftest import DATA, WORKFLOWS, census_workflow
+from tests.support.helpers import DATA, WORKFLOWS, census_workflow
 
 RELEASE = """
     release: {uses: publish, input: grouped, with: {publisher: release, path: release}}

@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from .conftest import census_workflow, write
-from .test_release import RELEASE, _workflow_copy, failures, run_json, verify
+from tests.support.helpers import census_workflow, write
+from tests.plugins.publishing.test_release import RELEASE, _workflow_copy, failures, run_json, verify
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -528,7 +528,7 @@ def test_rerun_without_sources_reads_only_the_folder_above_the_output_folder(cli
     project = tmp_path / "a" / "b" / "project"
     (project / "data" / "sdcmicro").mkdir(parents=True)
     census = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
-    census.write_bytes((Path(__file__).resolve().parents[1] / "workflows" / "data" / "sdcmicro" /
+    census.write_bytes((Path(__file__).resolve().parents[3] / "workflows" / "data" / "sdcmicro" /
                         "CASCrefmicrodata.csv").read_bytes())
     rel = released(cli, project)
     if target == "above":              # a file the old upward search found in tmp_path, 3 folders up
@@ -654,7 +654,7 @@ def _one_anonymous(rel: Path) -> int:
     return the number of classes of the published QI values now."""
     from anonflow_std.publishing.release import write_csv, write_parquet
 
-    from .conftest import CENSUS_QI
+    from tests.support.helpers import CENSUS_QI
 
     path = rel / "published.parquet"
     table = pq.read_table(path)

@@ -22,9 +22,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from .conftest import census_workflow
-from .test_release import RELEASE, failures, run_json, verify
-from .test_release_trust import _spy_runs, forge, scratch_root, sha  # noqa: F401 (a fixture)
+from tests.support.helpers import census_workflow
+from tests.plugins.publishing.test_release import RELEASE, failures, run_json, verify
+from tests.plugins.publishing.test_release_trust import _spy_runs, forge, scratch_root, sha  # noqa: F401 (a fixture)
 
 CENSUS = "data/sdcmicro/CASCrefmicrodata.csv"
 

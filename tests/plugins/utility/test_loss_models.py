@@ -16,7 +16,7 @@ from anonflow_std.common import entropy
 from anonflow_std.utility.classification import ClassificationAccuracy
 from anonflow_std.utility.hierarchy_loss import EntropyLoss, GeneralizationRl, Loss, MiLoss, _codes, mutual_information
 
-from .conftest import DATA
+from tests.support.helpers import DATA
 
 
 def toy():

@@ -1,7 +1,7 @@
 """A third-party test plugin that waits, so that a test can interrupt a run at a known point.
 
 It is found like any installed plugin (its ``.dist-info`` beside it) by a process whose
-``PYTHONPATH`` holds this folder: tests/test_interrupted_runs.py runs ``anonflow run`` so, and
+``PYTHONPATH`` holds this folder: tests/runner/test_interrupted_runs.py runs ``anonflow run`` so, and
 the worker processes and Dask workers the run starts inherit it.
 
 - ``test.slow`` (algorithm): writes a file ``algorithm-<process id>`` into the folder

@@ -1,7 +1,7 @@
 """acme-anon: Mondrian (median cuts), t-closeness (equal-distance EMD) and JSON Lines.
 
 Written against anonflow's documented plugin API only (``anonflow.api``), as a third party
-would; tests/test_third_party.py installs it into a scratch site and drives it from the CLI.
+would; tests/registry/test_third_party.py installs it into a scratch site and drives it from the CLI.
 """
 
 from __future__ import annotations
