@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from anonflow import plugins
+from tests.support import data
 from tests.support.helpers import DATA
 
 
@@ -41,3 +42,23 @@ def cli():
         return runner.invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
 
     return invoke
+
+
+# -- the shipped data sets, read once per process (each xdist worker has its own session) ---------
+
+@pytest.fixture(scope="session")
+def adult_full():
+    """workflows/data/adult/adult_full.csv as a pyarrow table (45,222 records)."""
+    return data.adult_full()
+
+
+@pytest.fixture(scope="session")
+def arx_adult():
+    """ARX's Adult, workflows/data/arx/adult.csv, as a pyarrow table (30,162 records)."""
+    return data.arx_adult()
+
+
+@pytest.fixture(scope="session")
+def census():
+    """sdcMicro's CASC reference microdata (CASCrefmicrodata.csv) as a pyarrow table."""
+    return data.sdcmicro("census")

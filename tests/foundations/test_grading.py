@@ -1,6 +1,5 @@
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pytest
 
 from anonflow.errors import InputError, WorkflowError
@@ -37,9 +36,9 @@ def test_sensitivity_distance_of_many_classes_at_once():
     assert sensitivity_distance(many, g) == pytest.approx([6.25 / 6, 0.0, 0.0])
 
 
-def test_the_shipped_adult_grading_covers_adults_occupations():
+def test_the_shipped_adult_grading_covers_adults_occupations(adult_full):
     g = adult_grading()
-    occupation = pacsv.read_csv(DATA / "adult" / "adult_full.csv").column("occupation")
+    occupation = adult_full.column("occupation")
     assert check_grading_against(g, occupation, "occupation", "test") == []
     assert [lv.alpha for lv in g.levels] == [0.2, 0.3, 0.35, 0.4, 0.5]
     levels = g.levels_of(occupation)

@@ -4,7 +4,6 @@ bad hierarchy is a one-line error naming the file, column and value."""
 import json
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pytest
 
 from anonflow.errors import InputError
@@ -19,11 +18,6 @@ ATTRIBUTES = ["age", "education", "marital-status", "native-country", "occupatio
               "sex", "workclass"]
 LEVELS = {"age": 5, "education": 4, "marital-status": 3, "native-country": 3, "occupation": 3, "race": 2,
           "salary-class": 2, "sex": 2, "workclass": 3}
-
-
-@pytest.fixture(scope="module")
-def arx_adult():
-    return pacsv.read_csv(ARX / "adult.csv", parse_options=pacsv.ParseOptions(delimiter=";"))
 
 
 @pytest.mark.parametrize("attribute", ATTRIBUTES)

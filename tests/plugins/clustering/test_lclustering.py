@@ -29,7 +29,8 @@ from anonflow_std.clustering import lclustering as lc
 from anonflow_std.clustering.lclustering import LClustering, infer_resolution, l_clustering
 from anonflow_std.utility.generalized_loss import GeneralizationLoss, RelativeLoss
 
-from tests.support.helpers import DATA, WORKFLOWS, write
+from tests.support import data
+from tests.support.helpers import WORKFLOWS, write
 
 ADULT_QI = ["age", "sex", "race", "marital-status", "education", "native-country", "workclass", "income"]
 NO_PARAMS = {"weights": None, "resolution": None}
@@ -309,7 +310,7 @@ def reference(values, codes, s, l, dom, order, priority):
 
 @functools.lru_cache(maxsize=None)
 def adult():
-    return pacsv.read_csv(DATA / "adult" / "adult_full.csv")
+    return data.adult_full()
 
 
 def adult_sample(n, seed, d=8, qi=None):

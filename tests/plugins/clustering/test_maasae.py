@@ -22,7 +22,6 @@ import re
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import pytest
 
 from anonflow.api import CLASS, ROW, Partition
@@ -37,6 +36,7 @@ from anonflow_std.privacy.distinct_diversity import LDiversity, PSensitiveKAnony
 from anonflow_std.privacy.kanonymity import KAnonymity
 from anonflow_std.utility.class_metrics import AvgEnt, AvgIl, Cavg
 
+from tests.support import data
 from tests.support.helpers import DATA, WORKFLOWS
 
 ADULT_QI = {"age": "continuous", "sex": "nominal", "race": "nominal", "education": "nominal",
@@ -50,8 +50,7 @@ TABLE5 = [(8, 5), (8, 6), (8, 7), (10, 5), (10, 6), (10, 7), (12, 5), (12, 6), (
 @functools.lru_cache(maxsize=None)
 def adult() -> pa.Table:
     """Adult with fnlwgt as text, only the records whose fnlwgt has 6 digits (37,290)."""
-    t = pacsv.read_csv(DATA / "adult" / "adult_full.csv",
-                       convert_options=pacsv.ConvertOptions(column_types={"fnlwgt": pa.string()}))
+    t = data.adult_full(fnlwgt_as_text=True)
     return t.filter(pc.equal(pc.utf8_length(t["fnlwgt"]), 6))
 
 

@@ -8,10 +8,11 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from anonflow.schema import ROW, Attribute, Typing
 from anonflow.table import TypedTable
+
+from tests.support import data
 
 ADULT = Path(__file__).resolve().parents[3] / "workflows" / "data" / "adult" / "adult_full.csv"
 
@@ -41,7 +42,7 @@ def adult(six_digit_fnlwgt: bool = True, types: Mapping[str, str] = ADULT_QI,
           orders: Mapping[str, tuple[str, ...]] | None = None) -> TypedTable:
     """Adult (45,222 records) with fnlwgt read as text; by default only records whose fnlwgt
     has exactly 6 digits (SPEC section 4)."""
-    t = pacsv.read_csv(ADULT, convert_options=pacsv.ConvertOptions(column_types={"fnlwgt": pa.string()}))
+    t = data.adult_full(fnlwgt_as_text=True)
     if six_digit_fnlwgt:
         t = t.filter(pc.equal(pc.utf8_length(t["fnlwgt"]), 6))
     t = t.add_column(0, ROW, pa.array(np.arange(t.num_rows), pa.int64()))

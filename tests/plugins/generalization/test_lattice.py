@@ -25,6 +25,7 @@ from anonflow_std.generalization.lattice import BOUND_MARGIN, Lattice, Search, S
 from anonflow_std.privacy.kanonymity import KAnonymity
 from anonflow_std.utility.reconstruction import ReconstructionDistance
 
+from tests.support import data
 from tests.support.helpers import DATA, write
 
 ARX = DATA / "arx"
@@ -38,17 +39,12 @@ def arx_hierarchy(column):
                                                   "delimiter": ";"}, make_context())
 
 
-_ADULT = None
-
-
 def adult(n=1500, quasi=("age", "sex", "race", "marital-status"), seed=1):
     """A sample of ARX's Adult with ARX's hierarchies on ``quasi``; S = occupation, label =
     salary-class."""
-    global _ADULT
-    if _ADULT is None:
-        _ADULT = pacsv.read_csv(ARX / "adult.csv", parse_options=pacsv.ParseOptions(delimiter=";"))
-    rows = np.sort(np.random.default_rng(seed).choice(_ADULT.num_rows, n, replace=False))
-    raw = _ADULT.take(pa.array(rows))
+    whole = data.arx_adult()
+    rows = np.sort(np.random.default_rng(seed).choice(whole.num_rows, n, replace=False))
+    raw = whole.take(pa.array(rows))
     cols = {c: raw.column(c).to_pylist() for c in (*quasi, "occupation", "salary-class")}
     t = typed_table(cols, quasi={q: "continuous" if q == "age" else "nominal" for q in quasi},
                     sensitive={"occupation": "nominal"}, label={"salary-class": "nominal"})

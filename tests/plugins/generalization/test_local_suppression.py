@@ -16,6 +16,7 @@ from anonflow.testing import check_claims, make_context, run_workflow, typed_tab
 from anonflow_std.generalization.local_suppression import LocalSuppression, importance_order, suppress
 from anonflow_std.privacy import wildcard as W
 
+
 ROOT = Path(__file__).resolve().parents[3]
 ADULT = ROOT / "workflows" / "data" / "arx" / "adult.csv"
 ADULT_QIS = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation"]
@@ -208,8 +209,8 @@ def test_the_cap_names_the_fraction_needed():
 # -- on Adult ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def adult():
-    arrow = duckdb.sql(f"SELECT * FROM read_csv('{ADULT}', delim=';', header=true, all_varchar=true)").to_arrow_table()
+def adult(arx_adult):
+    arrow = arx_adult.cast(pa.schema([(c, pa.string()) for c in arx_adult.column_names]))  # every cell as text
     return typed_table({c: arrow.column(c) for c in arrow.column_names},
                        quasi={c: "nominal" for c in ADULT_QIS}, sensitive={"salary-class": "nominal"})
 

@@ -54,9 +54,9 @@ def make_table(columns: dict, quasi: dict, sensitive: str, grading: dict | None 
 
 
 @pytest.fixture(scope="module")
-def adult() -> TypedTable:
+def adult(adult_full) -> TypedTable:
     """Adult's 30,162 complete training records, seed 002's six QIs, occupation graded."""
-    table = pacsv.read_csv(DATA / "adult" / "adult_full.csv").slice(0, 30162)
+    table = adult_full.slice(0, 30162)
     return make_table({c: table.column(c) for c in [*ADULT_QI, "occupation"]}, ADULT_QI, "occupation",
                       adult_grading())
 

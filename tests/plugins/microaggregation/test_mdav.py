@@ -4,7 +4,6 @@ checked independently (SQL over the published values) on real data."""
 import functools
 
 import numpy as np
-import pyarrow.csv as pacsv
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,7 +14,7 @@ from anonflow_std.microaggregation.mdav import Mdav
 from anonflow_std.privacy.kanonymity import KAnonymity
 from anonflow_std.utility.sse import SseIl
 
-from tests.support.helpers import DATA
+from tests.support import data
 
 EIA_COLUMNS = ["UTILITYID", "RESREVENUE", "RESSALES", "COMREVENUE", "COMSALES", "INDREVENUE", "INDSALES",
                "OTHREVENUE", "OTHRSALES", "TOTREVENUE", "TOTSALES"]
@@ -29,9 +28,7 @@ LITERATURE = {  # SPEC section 8: 100 * SSE / SST of MDAV
 
 @functools.lru_cache(maxsize=None)
 def read(name):
-    file = {"census": "sdcmicro/CASCrefmicrodata.csv", "tarragona": "sdcmicro/Tarragona.csv",
-            "eia": "sdcmicro/EIA.csv", "adult": "adult/adult_full.csv"}[name]
-    return pacsv.read_csv(DATA / file)
+    return data.adult_full() if name == "adult" else data.sdcmicro(name)
 
 
 def load(name, columns=None, rows=None):

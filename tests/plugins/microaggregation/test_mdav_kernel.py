@@ -8,13 +8,15 @@ information loss against published values.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from anonflow_std.microaggregation.kernels import mdav_partition
+
+from tests.support import data
 
 DATA = Path(__file__).resolve().parents[3] / "workflows" / "data"
 
@@ -37,15 +39,9 @@ LITERATURE_IL = {
 # -- data ------------------------------------------------------------------
 
 
-def read_columns(path: Path, columns: list[str] | None = None) -> np.ndarray:
-    """Numeric columns of a CSV file (all of them by default) as float64."""
-    with path.open(newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader)
-        names = header if columns is None else columns
-        index = [header.index(name) for name in names]
-        rows = [[float(row[i]) for i in index] for row in reader]
-    return np.array(rows, dtype=np.float64)
+def read_columns(table: pa.Table, columns: list[str] | None = None) -> np.ndarray:
+    """Numeric columns of a shipped table (all of them by default) as float64."""
+    return np.column_stack([table.column(c).to_numpy().astype(np.float64) for c in columns or table.column_names])
 
 
 def zscore(X: np.ndarray) -> np.ndarray:
@@ -55,18 +51,14 @@ def zscore(X: np.ndarray) -> np.ndarray:
 
 def load(name: str) -> np.ndarray:
     """A standardized benchmark data set of the sdcMicro / Adult collection."""
-    if name == "census":
-        return zscore(read_columns(DATA / "sdcmicro" / "CASCrefmicrodata.csv"))
-    if name == "tarragona":
-        return zscore(read_columns(DATA / "sdcmicro" / "Tarragona.csv"))
+    if name in ("census", "tarragona"):
+        return zscore(read_columns(data.sdcmicro(name)))
     if name == "eia":
-        path = DATA / "sdcmicro" / "EIA.csv"
-        with path.open(newline="") as handle:
-            header = next(csv.reader(handle))
-        wanted = ["UTILITYID"] + [c for c in header if c.endswith(("REVENUE", "SALES"))]
-        return zscore(read_columns(path, wanted))
+        eia = data.sdcmicro("eia")
+        wanted = ["UTILITYID"] + [c for c in eia.column_names if c.endswith(("REVENUE", "SALES"))]
+        return zscore(read_columns(eia, wanted))
     if name == "adult":
-        return zscore(read_columns(DATA / "adult" / "adult_full.csv", ADULT_NUMERIC))
+        return zscore(read_columns(data.adult_full(), ADULT_NUMERIC))
     raise KeyError(name)
 
 

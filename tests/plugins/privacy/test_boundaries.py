@@ -225,14 +225,10 @@ def test_k_figures_of_a_qi_table():
 
 
 @pytest.fixture(scope="module")
-def adult_classes():
+def adult_classes(adult_full):
     """500 Adult records in 60 random classes, occupation as the sensitive attribute (with the
     missing-value marker kept as a category), so every model has classes on both sides."""
-    from tests.support.helpers import DATA
-
-    import pyarrow.csv as pv
-
-    raw = pv.read_csv(DATA / "adult" / "adult_full.csv").slice(0, 500)
+    raw = adult_full.slice(0, 500)
     occ = [v.strip() if v is not None else "?" for v in raw.column("occupation").to_pylist()]
     rng = np.random.default_rng(7)
     classes = np.sort(rng.integers(0, 60, len(occ)))

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -39,6 +38,7 @@ from anonflow_std.privacy import population_uniqueness as PU
 from anonflow_std.privacy.population_uniqueness import MaxPopulationUniqueness, arx_suppressed_classes, estimate
 from anonflow_std.risk import reidentification as R
 
+from tests.support import data
 from tests.support.helpers import DATA
 
 ARX_DIR = DATA / "arx"
@@ -385,14 +385,11 @@ steps:
 
 # -- the lattice on ARX's Adult ------------------------------------------------------------------------
 
-_ADULT = []
 QUASI = ("age", "sex", "race", "marital-status")
 
 
 def adult(n=None, quasi=QUASI, seed=1):
-    if not _ADULT:
-        _ADULT.append(pacsv.read_csv(ARX_DIR / "adult.csv", parse_options=pacsv.ParseOptions(delimiter=";")))
-    raw = _ADULT[0]
+    raw = data.arx_adult()
     if n is not None:
         raw = raw.take(pa.array(np.sort(np.random.default_rng(seed).choice(raw.num_rows, n, replace=False))))
     t = typed_table({c: raw.column(c).to_pylist() for c in (*quasi, "salary-class")},

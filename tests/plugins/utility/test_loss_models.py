@@ -16,6 +16,7 @@ from anonflow_std.common import entropy
 from anonflow_std.utility.classification import ClassificationAccuracy
 from anonflow_std.utility.hierarchy_loss import EntropyLoss, GeneralizationRl, Loss, MiLoss, _codes, mutual_information
 
+from tests.support import data
 from tests.support.helpers import DATA
 
 
@@ -242,13 +243,8 @@ def test_mi_loss_weights_on_adult_equal_an_independent_computation():
 # -- classification accuracy ------------------------------------------------------------------
 
 
-_RAW = {}
-
-
 def adult_sample(n=1500):
-    if "adult" not in _RAW:
-        _RAW["adult"] = pacsv.read_csv(DATA / "adult" / "adult_full.csv")
-    raw = _RAW["adult"]
+    raw = data.adult_full()
     rows = np.sort(np.random.default_rng(0).choice(raw.num_rows, n, replace=False))
     raw = raw.take(pa.array(rows))
     cols = ["age", "education-num", "hours-per-week", "sex", "relationship", "income"]
