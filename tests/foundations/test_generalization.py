@@ -10,8 +10,6 @@ kernel's renderer did before it used the helpers.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -220,16 +218,11 @@ def _project(tmp_path, metrics: str):
     return wf
 
 
-def _anonflow(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "anonflow", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
-
-
 @pytest.mark.parametrize("metric", ["sse-il", "dld"])
-def test_a_numeric_metric_on_lattice_output_fails_in_one_line(tmp_path, metric):
+def test_a_numeric_metric_on_lattice_output_fails_in_one_line(cli, tmp_path, metric):
     wf = _project(tmp_path, metric)
-    res = _anonflow("run", wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "out", cwd=tmp_path)
-    assert res.returncode == 2, res.stderr   # an InputError: the input is wrong
+    res = cli("run", wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "out")
+    assert res.exit_code == 2, res.stderr   # an InputError: the input is wrong (a traceback would raise here)
     assert "Traceback" not in res.stderr and "ValueError" not in res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
@@ -241,10 +234,10 @@ def test_a_numeric_metric_on_lattice_output_fails_in_one_line(tmp_path, metric):
     assert "use a metric that reads generalized values (loss, generalization-rl" in line
 
 
-def test_lattice_output_carries_the_marking_and_loss_metrics_read_it(tmp_path):
+def test_lattice_output_carries_the_marking_and_loss_metrics_read_it(cli, tmp_path):
     wf = _project(tmp_path, "loss, generalization-rl, relative-loss")
-    res = _anonflow("run", wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "out", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    res = cli("run", wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "out")
+    assert res.exit_code == 0, res.output
     published = pq.read_table(tmp_path / "out" / "anon.parquet")
     assert set(published.column("age").to_pylist()) == {f"[{a}-{a + 10})" for a in range(20, 120, 10)}
     typing = Typing.from_json(json.loads(published.schema.metadata[b"anonflow.typing"]))

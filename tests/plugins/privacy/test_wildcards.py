@@ -6,8 +6,6 @@ engine through a real workflow."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -183,13 +181,11 @@ steps:
 """
 
 
-def test_local_suppression_claim_passes_the_engines_check_on_adult(tmp_path):
+def test_local_suppression_claim_passes_the_engines_check_on_adult(cli, tmp_path):
     wf = tmp_path / "wf.yaml"
     wf.write_text(WORKFLOW.format(data=ROOT / "workflows" / "data" / "arx" / "adult.csv"))
-    res = subprocess.run([sys.executable, "-m", "anonflow", "run", str(wf), "--db", str(tmp_path / "store.duckdb"),
-                          "--out-dir", str(tmp_path / "out"), "--json"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = cli("run", wf, "--db", tmp_path / "store.duckdb", "--out-dir", tmp_path / "out", "--json")
+    assert res.exit_code == 0, res.output[-3000:]
     result = json.loads(res.stdout)
     assert result["status"] == "succeeded"
     anon = next(s for s in result["steps"] if s["step"] == "anon")
