@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,16 @@ def cli():
         return runner.invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
 
     return invoke
+
+
+@pytest.fixture
+def scratch_root(tmp_path, monkeypatch) -> Path:
+    """Where verify's mkdtemp goes: a known folder, so a write that escapes the scratch folder
+    by '..' lands somewhere the test can see."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
 
 
 # -- the shipped data sets, read once per process (each xdist worker has its own session) ---------

@@ -28,7 +28,6 @@ from anonflow.api import CLASS, Algorithm, Param, hookimpl
 
 from tests.support.helpers import write
 from tests.plugins.publishing.test_release import verify
-from tests.plugins.publishing.test_release_trust import scratch_root  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -725,7 +725,7 @@ def test_mi_loss_adult_workflow(cli, tmp_path):
     # (tests/plugins/utility/test_loss_models.py: the MI definition over contingency tables)
     from tests.plugins.utility.test_loss_models import QI11, independent_mi_weights
 
-    want = independent_mi_weights(pacsv.read_csv(DATA / "adult" / "adult_full.csv"), QI11, "income")
+    want = independent_mi_weights(data.adult_full(), QI11, "income")
     for q in QI11:
         assert m[f"scores.mi-loss.weight.{q}"] == pytest.approx(want[q], rel=1e-9, abs=1e-12), q
     assert m["scores.mi-loss.weight.capital-gain"] == pytest.approx(0.141, abs=5e-4)  # SPEC's plug-in 0.141

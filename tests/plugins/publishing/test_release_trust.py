@@ -18,7 +18,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -60,16 +59,6 @@ def forge(rel: Path, edit, workflow_sha256: bool = True) -> None:
 def tree(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): (sha(p.read_bytes()) if p.is_file() else "dir")
             for p in sorted(folder.rglob("*"))}
-
-
-@pytest.fixture
-def scratch_root(tmp_path, monkeypatch) -> Path:
-    """Where verify's mkdtemp goes: a known folder, so a write that escapes the scratch folder
-    by '..' lands somewhere the test can see."""
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
 
 
 # -- 1. verify --rerun is confined to a scratch folder ----------------------------------------

@@ -24,7 +24,7 @@ import pytest
 
 from tests.support.helpers import census_workflow
 from tests.plugins.publishing.test_release import RELEASE, failures, run_json, verify
-from tests.plugins.publishing.test_release_trust import _spy_runs, forge, scratch_root, sha  # noqa: F401 (a fixture)
+from tests.plugins.publishing.test_release_trust import _spy_runs, forge, sha
 
 CENSUS = "data/sdcmicro/CASCrefmicrodata.csv"
 
