@@ -164,7 +164,7 @@ def test_files_that_are_not_tables_show_no_row_count(cli, project):
     RUN_ID`` and their --json show no row count for it (null in JSON), and a table's count."""
     from anonflow.api import Output, Publisher, atomic_write
 
-    from tests.registry.test_registration import Provider, use
+    from tests.support.mockplugins import Provider, use
 
     class TableAndNote(Publisher):
         name = "test.table-and-note"

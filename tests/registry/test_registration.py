@@ -15,19 +15,10 @@ from anonflow.api import CLASS, Algorithm, Hierarchy, HierarchyBuilder, Metric, 
 from anonflow.errors import PluginError
 
 from tests.support.helpers import census_workflow, write
+from tests.support.mockplugins import Provider, census_using, use
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOKS = [name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("anonflow_")]
-
-
-def use(*objs):
-    """Make the registry the installed plugins plus ``objs`` (mock plugin objects)."""
-    pm, dists = plugins.plugin_manager()
-    for i, obj in enumerate(objs):
-        pm.register(obj, name=f"mock{i}")
-    registry = plugins.Registry(pm, dists)
-    plugins.set_registry(registry)
-    return registry
 
 
 class DropsARecord(Algorithm):
@@ -111,39 +102,6 @@ class Memory(Publisher):
         Memory.seen.append(table)
         return [Output("memory://x", "0" * 64, table.num_rows)]
 
-
-class Provider:
-    def __init__(self, algorithms=(), metrics=(), publishers=(), builders=()):
-        self.a, self.m, self.p, self.b = algorithms, metrics, publishers, builders
-
-    @hookimpl
-    def anonflow_register_hierarchy_builders(self, register):
-        for b in self.b:
-            register(b)
-
-    @hookimpl
-    def anonflow_register_algorithms(self, register):
-        for a in self.a:
-            register(a)
-
-    @hookimpl
-    def anonflow_register_metrics(self, register):
-        for m in self.m:
-            register(m)
-
-    @hookimpl
-    def anonflow_register_publishers(self, register):
-        for p in self.p:
-            register(p)
-
-
-
-def census_using(project, algorithm, params: str = "{}"):
-    """The Census workflow with its mdav step replaced by ``algorithm`` (registered as a mock)."""
-    use(Provider(algorithms=[algorithm]))
-    wf = census_workflow(project)
-    wf.write_text(wf.read_text().replace("uses: mdav", f"uses: {algorithm.name}").replace("{k: 5}", params))
-    return wf
 
 def test_every_hook_kind_registers_and_runs(cli, project):
     use(Provider(algorithms=[OneClass()], metrics=[CountRows()], publishers=[Memory()]))

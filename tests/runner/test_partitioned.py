@@ -1238,7 +1238,7 @@ def _spy_algorithm(crash: bool = False):
 
 
 def _use(*algorithms):
-    from tests.registry.test_registration import Provider, use
+    from tests.support.mockplugins import Provider, use
 
     return use(Provider(algorithms=list(algorithms)))
 

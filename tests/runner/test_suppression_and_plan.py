@@ -17,7 +17,7 @@ from anonflow.api import CLASS, Algorithm, Param
 from anonflow.store import Store
 
 from tests.support.helpers import DATA
-from tests.registry.test_registration import Provider
+from tests.support.mockplugins import Provider
 
 ARX = DATA / "arx"
 

@@ -19,7 +19,7 @@ from anonflow.store import Store
 from anonflow.table import table_hash
 
 from tests.support.helpers import DATA, census_workflow, write
-from tests.registry.test_registration import Provider, census_using, use
+from tests.support.mockplugins import Provider, census_using, use
 
 
 def run_json(cli, *args):

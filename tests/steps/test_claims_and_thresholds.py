@@ -16,7 +16,7 @@ import pytest
 from anonflow.api import CLASS, Algorithm, Metric, Param
 
 from tests.support.helpers import census_workflow
-from tests.registry.test_registration import Provider, census_using, use
+from tests.support.mockplugins import Provider, census_using, use
 
 
 class CopiesClaims(Algorithm):
