@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.helpers import CENSUS_QI, DATA, census_workflow
-from tests.plugins.publishing.test_apply import adult  # noqa: F401  (the module fixture: ARX Adult, a lattice release)
 from tests.plugins.publishing.test_release import RELEASE, failures, run_json, verify
 from tests.plugins.publishing.test_release_trust import SIGNED, forge, keygen
 
@@ -242,7 +241,7 @@ def test_an_output_folder_in_the_release_is_refused_and_the_release_still_verifi
 @pytest.mark.parametrize("value,shown", [("1e23", "has no row for the value '1e+23'"),
                                          ("-1e23", "has no row for the value '-1e+23'"),
                                          ("nan", "has 1 missing value(s), the first in record 1")])
-def test_a_huge_number_in_a_batch_is_one_line_naming_the_value(cli, adult, tmp_path, value, shown):  # noqa: F811
+def test_a_huge_number_in_a_batch_is_one_line_naming_the_value(cli, adult, tmp_path, value, shown):
     release, held = adult
     if value == "nan":  # a CSV reads 'nan' as missing: a Parquet batch carries a NaN, which typing calls missing
         import pyarrow as pa
