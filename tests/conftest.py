@@ -73,3 +73,13 @@ def arx_adult():
 def census():
     """sdcMicro's CASC reference microdata (CASCrefmicrodata.csv) as a pyarrow table."""
     return data.sdcmicro("census")
+
+
+# -- order: the files holding slow tests first -----------------------------------------------------
+
+def pytest_collection_modifyitems(config, items):
+    """Files that hold tests marked slow (whole workflows on full data sets) run first, the rest in
+    the order collected: with ``-n auto --dist loadfile`` the workers take files in this order, so
+    the longest files no longer start last and leave one worker running alone at the end."""
+    heavy = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in heavy)  # stable: the order within each part is kept
