@@ -1,17 +1,15 @@
 from __future__ import annotations
 
 import shutil
-import textwrap
+import tempfile
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from anonflow import plugins
-
-ROOT = Path(__file__).resolve().parents[1]
-WORKFLOWS = ROOT / "workflows"
-DATA = WORKFLOWS / "data"
+from tests.support import data
+from tests.support.helpers import DATA
 
 
 @pytest.fixture(autouse=True)
@@ -35,44 +33,6 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def install_site(package: Path, target: Path) -> Path:
-    """pip-install the plugin package folder ``package`` into the folder ``target`` (put it on
-    PYTHONPATH to use it), from a copy beside ``target``: setuptools writes build/ and
-    *.egg-info next to the sources, which must not land in the repository or make the package
-    look installed."""
-    import subprocess
-    import sys
-
-    build = target.parent / f"{target.name}-build" / package.name
-    shutil.copytree(package, build, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(build)], check=True)
-    return target
-
-
-def run_shipped(workflow: str, tmp: Path) -> dict:
-    """Run ``workflows/<workflow>.yaml`` as shipped through the CLI (``--json``), its store and
-    published files in ``tmp``; the JSON result, with ``dir`` = the output folder."""
-    import json
-
-    from anonflow.cli import main
-
-    plugins.set_registry(None)
-    res = CliRunner().invoke(main, ["run", str(WORKFLOWS / f"{workflow}.yaml"), "--db", str(tmp / "s.duckdb"),
-                                    "--out-dir", str(tmp / "out"), "--json"], catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
-    assert out["status"] == "succeeded"
-    out["dir"] = tmp / "out"
-    return out
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text).lstrip())
-    return path
-
-
 @pytest.fixture
 def cli():
     runner = CliRunner()
@@ -85,38 +45,41 @@ def cli():
     return invoke
 
 
-CENSUS_QI = ["AFNLWGT", "AGI", "EMCONTRB", "FEDTAX", "PTOTVAL", "STATETAX", "TAXINC", "POTHVAL",
-             "INTVAL", "PEARNVAL", "FICA", "WSALVAL", "ERNVAL"]
+@pytest.fixture
+def scratch_root(tmp_path, monkeypatch) -> Path:
+    """Where verify's mkdtemp goes: a known folder, so a write that escapes the scratch folder
+    by '..' lands somewhere the test can see."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
 
 
-def census_workflow(folder: Path, k: int = 5, extra: str = "", name: str = "wf.yaml") -> Path:
-    """A Census MDAV workflow in ``folder`` (which holds data/sdcmicro/); ``extra`` adds steps."""
-    text = textwrap.dedent(f"""\
-        name: census-test
-        seed: 7
-        sources:
-          census: {{path: data/sdcmicro/CASCrefmicrodata.csv}}
-        steps:
-          typed:
-            uses: typing
-            input: census
-            with:
-              quasi: [{", ".join(CENSUS_QI)}]
-          grouped:
-            uses: mdav
-            input: typed
-            with: {{k: {k}}}
-          scores:
-            uses: evaluate
-            input: [typed, grouped]
-            with: {{metrics: [sse-il, k-anonymity]}}
-          published:
-            uses: publish
-            input: grouped
-            with: {{publisher: parquet, path: census.parquet}}
-        """)
-    if extra:
-        text += textwrap.indent(textwrap.dedent(extra).strip("\n"), "  ") + "\n"
-    path = folder / name
-    path.write_text(text)
-    return path
+# -- the shipped data sets, read once per process (each xdist worker has its own session) ---------
+
+@pytest.fixture(scope="session")
+def adult_full():
+    """workflows/data/adult/adult_full.csv as a pyarrow table (45,222 records)."""
+    return data.adult_full()
+
+
+@pytest.fixture(scope="session")
+def arx_adult():
+    """ARX's Adult, workflows/data/arx/adult.csv, as a pyarrow table (30,162 records)."""
+    return data.arx_adult()
+
+
+@pytest.fixture(scope="session")
+def census():
+    """sdcMicro's CASC reference microdata (CASCrefmicrodata.csv) as a pyarrow table."""
+    return data.sdcmicro("census")
+
+
+# -- order: the files holding slow tests first -----------------------------------------------------
+
+def pytest_collection_modifyitems(config, items):
+    """Files that hold tests marked slow (whole workflows on full data sets) run first, the rest in
+    the order collected: with ``-n auto --dist loadfile`` the workers take files in this order, so
+    the longest files no longer start last and leave one worker running alone at the end."""
+    heavy = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in heavy)  # stable: the order within each part is kept

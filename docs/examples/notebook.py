@@ -1,6 +1,6 @@
 """A notebook, as plain Python: Adult with pandas, anonymized in one call, then ARX's shipped
 workflow run through the API with an override, and the same run made by the CLI, compared
-byte for byte. ``tests/test_api_notebook.py`` runs it; by hand:
+byte for byte. ``tests/api/test_notebook.py`` runs it; by hand:
 
     python docs/examples/notebook.py [WORK_DIR]
 

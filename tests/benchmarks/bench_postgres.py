@@ -7,7 +7,7 @@ extra: ``pip install '.[postgres]'``)::
 
 1. ``make_scaled.py N 1 --source arx`` writes ARX's Adult scaled to N records
    (``WORK/adult-arx-N-1.csv``; reused when there).
-2. A throw-away server (``tests/pgserver.py``); the file is loaded into ``public.adult``
+2. A throw-away server (``tests/support/pgserver.py``); the file is loaded into ``public.adult``
    with its column types (``age INTEGER``, the rest ``TEXT``) by ``psql``'s ``\\copy ... FROM``:
    the *write baseline* (PostgreSQL's COPY FROM, text format).
 3. Reading, each in a subprocess (peak RSS: the subprocess's own ``ru_maxrss``):
@@ -132,7 +132,7 @@ def timed_shell(cmd: list[str], env: dict[str, str], stdout=subprocess.DEVNULL) 
 
 
 def main(argv: list[str]) -> int:
-    from tests import pgserver
+    from tests.support import pgserver
 
     n, work, keep = 1_000_000, Path(tempfile.gettempdir()) / "anonflow-bench-pg", False
     args = list(argv)

@@ -57,8 +57,9 @@ TARGETS = [
                                         "AlphaIKAnonymity.compute"],
             f"{STD}/publishing/lossy_join.py": ["split_tables", "k_figures"],
         },
-        ("tests/test_metrics.py", "tests/test_missing_policy.py", "tests/test_privacy_sql.py",
-         "tests/test_lclustering.py", "tests/test_gca.py"),
+        ("tests/plugins/utility/test_metrics_by_hand.py", "tests/plugins/privacy/test_missing_values.py",
+         "tests/plugins/privacy/test_boundaries.py", "tests/plugins/clustering/test_lclustering.py",
+         "tests/plugins/lossyjoin/test_gca.py"),
     ),
     Target(
         "partition-holds",
@@ -68,7 +69,8 @@ TARGETS = [
             f"{STD}/privacy/alphak.py": ["*.partition_holds"],
             f"{STD}/common/columns.py": ["real_counts", "real_distinct"],
         },
-        ("tests/test_privacy_sql.py", "tests/test_lattice.py", "tests/test_lattice_oracle.py"),
+        ("tests/plugins/privacy/test_boundaries.py", "tests/plugins/generalization/test_lattice.py",
+         "tests/plugins/generalization/test_lattice_oracle.py"),
     ),
     Target(
         "lattice",
@@ -78,7 +80,8 @@ TARGETS = [
                                                  "Lattice._best_metric"],
             "anonflow/api.py": ["suppression_limit"],
         },
-        ("tests/test_lattice_oracle.py", "tests/test_lattice.py", "tests/test_suppression_and_plan.py"),
+        ("tests/plugins/generalization/test_lattice_oracle.py", "tests/plugins/generalization/test_lattice.py",
+         "tests/runner/test_suppression_and_plan.py"),
     ),
     Target(
         "claims",
@@ -88,8 +91,9 @@ TARGETS = [
             "anonflow/steps/evaluate_step.py": ["EvaluateStep.run"],
             f"{STD}/common/counts.py": ["claimed"],
         },
-        ("tests/test_claims_and_thresholds.py", "tests/test_suppression_and_plan.py", "tests/test_privacy_sql.py",
-         "tests/test_plugins.py", "tests/test_hostile_engine.py::test_a_chained_algorithm_claims_its_own_model_not_its_inputs"),
+        ("tests/steps/test_claims_and_thresholds.py", "tests/runner/test_suppression_and_plan.py",
+         "tests/plugins/privacy/test_boundaries.py", "tests/registry/test_registration.py",
+         "tests/hostile/test_engine.py::test_a_chained_algorithm_claims_its_own_model_not_its_inputs"),
     ),
     Target(
         "release",
@@ -104,7 +108,7 @@ TARGETS = [
             f"{STD}/publishing/manifest.py": ["integrity", "field_digests", "load_release_table", "_sa_counts",
                                               "file_rows"],
         },
-        ("tests/test_release_trust.py", "tests/test_release.py"),
+        ("tests/plugins/publishing/test_release_trust.py", "tests/plugins/publishing/test_release.py"),
     ),
 ]
 

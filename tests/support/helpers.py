@@ -1,0 +1,90 @@
+"""Helpers shared by the test folders: the repository's paths, scratch workflow files, running a
+shipped workflow, installing a plugin package into a scratch site."""
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from anonflow import plugins
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / "workflows"
+DATA = WORKFLOWS / "data"
+
+
+def install_site(package: Path, target: Path) -> Path:
+    """pip-install the plugin package folder ``package`` into the folder ``target`` (put it on
+    PYTHONPATH to use it), from a copy beside ``target``: setuptools writes build/ and
+    *.egg-info next to the sources, which must not land in the repository or make the package
+    look installed."""
+    import subprocess
+    import sys
+
+    build = target.parent / f"{target.name}-build" / package.name
+    shutil.copytree(package, build, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(build)], check=True)
+    return target
+
+
+def run_shipped(workflow: str, tmp: Path) -> dict:
+    """Run ``workflows/<workflow>.yaml`` as shipped through the CLI (``--json``), its store and
+    published files in ``tmp``; the JSON result, with ``dir`` = the output folder."""
+    import json
+
+    from anonflow.cli import main
+
+    plugins.set_registry(None)
+    res = CliRunner().invoke(main, ["run", str(WORKFLOWS / f"{workflow}.yaml"), "--db", str(tmp / "s.duckdb"),
+                                    "--out-dir", str(tmp / "out"), "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["status"] == "succeeded"
+    out["dir"] = tmp / "out"
+    return out
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+CENSUS_QI = ["AFNLWGT", "AGI", "EMCONTRB", "FEDTAX", "PTOTVAL", "STATETAX", "TAXINC", "POTHVAL",
+             "INTVAL", "PEARNVAL", "FICA", "WSALVAL", "ERNVAL"]
+
+
+def census_workflow(folder: Path, k: int = 5, extra: str = "", name: str = "wf.yaml") -> Path:
+    """A Census MDAV workflow in ``folder`` (which holds data/sdcmicro/); ``extra`` adds steps."""
+    text = textwrap.dedent(f"""\
+        name: census-test
+        seed: 7
+        sources:
+          census: {{path: data/sdcmicro/CASCrefmicrodata.csv}}
+        steps:
+          typed:
+            uses: typing
+            input: census
+            with:
+              quasi: [{", ".join(CENSUS_QI)}]
+          grouped:
+            uses: mdav
+            input: typed
+            with: {{k: {k}}}
+          scores:
+            uses: evaluate
+            input: [typed, grouped]
+            with: {{metrics: [sse-il, k-anonymity]}}
+          published:
+            uses: publish
+            input: grouped
+            with: {{publisher: parquet, path: census.parquet}}
+        """)
+    if extra:
+        text += textwrap.indent(textwrap.dedent(extra).strip("\n"), "  ") + "\n"
+    path = folder / name
+    path.write_text(text)
+    return path
