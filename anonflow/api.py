@@ -440,7 +440,7 @@ class RunInfo:
     #: that started before this one, oldest first, each ``{"params": {"<step>.<param>":
     #: value, "seed": n}, "metrics": {...}}`` (no run ids).
     history: Callable[[], list[dict[str, Any]]] = lambda: []
-    #: the plugin registry the run uses (an ``anonflow.plugins.Registry``): ``has(kind, name)``,
+    #: the plugin registry the run uses (an ``anonflow.registry.Registry``): ``has(kind, name)``,
     #: ``get(kind, name).obj``, ``names(kind)``; plugins look other plugins up here, never globally.
     registry: Any = None
 

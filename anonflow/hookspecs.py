@@ -6,8 +6,8 @@ included). A plugin module implements one or more of these hooks with
 the host: the plugin hands over plugin objects, the host keeps the registry, checks their
 declarations, and rejects duplicate names.
 
-All five hooks are registration hooks: :class:`anonflow.plugins.Registry` calls each once,
-in the order below, when the registry is built (``tests/test_plugins.py`` checks that
+All five hooks are registration hooks: :class:`anonflow.registry.Registry` calls each once,
+in the order below, when the registry is built (``tests/registry/test_registration.py`` checks that
 every hook declared here is called). Hooks of a later lifecycle phase would get a section
 of their own.
 """

@@ -39,7 +39,7 @@ def duckdb_file(path: str | os.PathLike[str]) -> str:
     They expand ``*``, ``?`` and ``[...]`` in a file name: ``out[1]/x.parquet`` reads
     ``out1/x.parquet`` if there is one. Each such character is written as a class of itself
     (``[[]``), which DuckDB's matcher, like a POSIX shell's, reads as that character alone,
-    so the one file is read whatever its name (tests/test_names_not_patterns.py puts decoys
+    so the one file is read whatever its name (tests/hostile/test_names_not_patterns.py puts decoys
     that the unescaped name would match beside it)."""
     text = os.fspath(path)
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)

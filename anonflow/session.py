@@ -48,7 +48,7 @@ from . import egress
 from .errors import AnonflowError, InputError
 from .executor_spec import ExecutorSpec, executor_spec
 from .filemodes import make_ordinary
-from .plugins import Registry, get_registry
+from .registry import Registry, get_registry
 from .store import held, purge_file, trace
 from .store import resolve_target as resolve_step
 from .runner import Runner, RunResult, load_run_info
@@ -274,7 +274,7 @@ class Session:
     publisher (as its :class:`anonflow.api.Engine`) all call.
 
     ``db``: the store file (``":memory:"``: an in-memory store, the default); ``registry``:
-    the plugins (default: the process's, :func:`anonflow.plugins.get_registry`);
+    the plugins (default: the process's, :func:`anonflow.registry.get_registry`);
     ``reporter``: the runs' step lines and progress (:class:`TerminalProgress`, or None)."""
 
     def __init__(self, db: str | os.PathLike[str] = ":memory:", registry: Registry | None = None, *,

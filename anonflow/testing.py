@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from . import plugins
 from .api import CLASS, StepContext, suppression_limit
 from .params import validate_params
-from .plugins import Registry, get_registry, plugin_manager
+from .registry import Registry, get_registry, plugin_manager
 from .schema import ROW, Attribute, Typing
 from .session import Session
 from .store import Store

@@ -36,7 +36,7 @@ from .runner.plan import plan_json
 from .errors import AnonflowError, InputError, StoreError, WorkflowError
 from .sources.inmemory import arrow_sha256, is_table, to_arrow
 from .params import ParamError, suggest, validate_params
-from .plugins import get_registry
+from .registry import get_registry
 from .store import purge_file
 from .safeyaml import load_yaml
 from .session import Session, TerminalProgress

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from anonflow import plugins
+from anonflow import registry as plugins
 from tests.support import data
 from tests.support.helpers import DATA
 

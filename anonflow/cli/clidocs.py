@@ -20,7 +20,7 @@ DOCS_FILE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 HEAD = """# Command-line reference
 
 <!-- Generated from the commands' declarations by `python -m anonflow.cli.clidocs`; do not edit by hand
-(tests/test_cli_reference.py fails when this page is stale). -->
+(tests/cli/test_reference.py fails when this page is stale). -->
 
 Every command of `anonflow`, with its options, as `anonflow COMMAND --help` prints them. Errors are one
 line on stderr (`Error: <where>: <what>`) with exit code 2 for invalid input or workflows and 1 for failed

@@ -15,7 +15,7 @@ from ..api import atomic_write
 from ..codehash import engine_digest, short
 from ..errors import InputError, StoreError
 from ..params import suggest
-from ..plugins import get_registry
+from ..registry import get_registry
 from ..store import KEEP
 from ..session import Session
 from ..workflow.reference import json_schema_text

@@ -17,7 +17,7 @@ import click
 import yaml
 
 from ..errors import AnonflowError, AnonflowWarning, InputError
-from ..plugins import get_registry
+from ..registry import get_registry
 from ..store import DatabaseError, damaged
 
 DEFAULT_DB = "anonflow.duckdb"

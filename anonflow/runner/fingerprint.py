@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from ..codehash import engine_digest
 from ..canonjson import canonical_json
 from ..params import relative_paths
-from ..plugins import Registered, Registry
+from ..registry import Registered, Registry
 from ..steps import step_of
 from ..store import SCHEMA_VERSION
 

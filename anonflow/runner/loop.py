@@ -22,7 +22,7 @@ from ..codehash import engine_digest
 from ..errors import AnonflowError, AnonflowWarning, InputError, RunError, StoreError
 from ..filemodes import make_ordinary_folder
 from ..executor_spec import ExecutorSpec
-from ..plugins import Registry, get_registry
+from ..registry import Registry, get_registry
 from ..store import plan_purge, purge
 from ..schema import ROW
 from ..store import Resources

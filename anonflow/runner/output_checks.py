@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import AnonflowError, InputError
 from ..outputs import OutputGuard, inside
-from ..plugins import Registry
+from ..registry import Registry
 from ..sources import kind_of
 from ..steps import step_of
 from ..store import Store

@@ -18,7 +18,7 @@ from .. import __version__
 from ..api import StepContext
 from ..errors import AnonflowError, InputError, WorkflowError
 from ..params import metric_entries, suggest, validate_params
-from ..plugins import Registered, Registry
+from ..registry import Registered, Registry
 from ..schema import ROW
 from ..sourcekind import SourceSpec
 from ..sources import describe_source

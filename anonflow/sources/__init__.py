@@ -4,7 +4,7 @@ Each module of this package (but those named ``_*``) defines ``SOURCE``, a
 :class:`~anonflow.sourcekind.Source` object: how the kind is declared in a workflow file,
 described, read into the store, hashed, and what a re-run needs of it. They are found here by
 listing the package, so adding a kind is adding a module; a third party registers more through
-the ``anonflow_register_sources`` hook (:class:`anonflow.plugins.Registry`). Every caller
+the ``anonflow_register_sources`` hook (:class:`anonflow.registry.Registry`). Every caller
 looks a kind up by name (:func:`get`) or through :attr:`SourceSpec.kind`; none branches on a
 format.
 """
@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from ..errors import PluginError, WorkflowError
 from ..params import suggest
-from ..plugins import Registry, get_registry
+from ..registry import Registry, get_registry
 from ..sourcekind import Source, SourceSpec
 
 

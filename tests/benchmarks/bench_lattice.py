@@ -95,7 +95,7 @@ def seed004_adult() -> Any:
 
 def run(table: Any, **given: Any) -> dict[str, Any]:
     from anonflow.params import validate_params
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
     from anonflow.testing import make_context
     from anonflow_std.generalization.lattice import Lattice
 
@@ -125,7 +125,7 @@ def arx6(repeat: int = 3, bench: bool = False) -> list[dict[str, Any]]:
     by the loss bound (``after``) and without (``before``: ``anonflow_std.generalization.lattice.PRUNE`` off,
     the search as it was), interleaved. ``bench``: ARX's benchmark layout (QIs with
     salary-class, occupation sensitive, l = 3)."""
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
     from anonflow_std.generalization import lattice
 
     get_registry()
@@ -164,7 +164,7 @@ def arx6(repeat: int = 3, bench: bool = False) -> list[dict[str, Any]]:
 def main() -> None:
     import sys
 
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
 
     if sys.argv[1:2] == ["arx6"]:
         arx6(bench="--bench" in sys.argv[2:])

@@ -184,7 +184,7 @@ def gca(ks=KS, alphas=ALPHAS) -> None:
     import pyarrow.compute as pc
 
     from anonflow.params import validate_params
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
     from anonflow.store import Store
     from anonflow.testing import make_context
     from anonflow_std.clustering.gca import AlphaIKGca, AlphaKGca

@@ -51,7 +51,7 @@ WORKCLASS = {"Non-Government": ["Private", "Self-emp-not-inc", "Self-emp-inc"],
 
 def lattice(table: Any, **given: Any) -> tuple[Any, list[str], float]:
     from anonflow.params import validate_params
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
     from anonflow.testing import make_context
     from anonflow_std.generalization.lattice import Lattice
 
@@ -68,7 +68,7 @@ def lattice(table: Any, **given: Any) -> tuple[Any, list[str], float]:
 
 def metric(name: str, original: Any, anonymized: Any, **given: Any) -> dict[str, float]:
     from anonflow.params import validate_params
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
     from anonflow.testing import make_context
 
     obj = get_registry().get("metric", name).obj
@@ -259,7 +259,7 @@ def incognito_table(d: int):
 
 
 def incognito(dims=tuple(range(2, 9)), ls=tuple(range(2, 13))) -> None:
-    from anonflow import plugins
+    from anonflow import registry as plugins
 
     registry = plugins.get_registry()
     if not registry.has("metric", "l-diversity"):

@@ -152,7 +152,7 @@ def code_state() -> str:
 
         for module in ("anonflow.runner", "anonflow.steps"):
             importlib.import_module(module)
-        from anonflow.plugins import get_registry
+        from anonflow.registry import get_registry
 
         get_registry()
         if _sources_digest() != before:

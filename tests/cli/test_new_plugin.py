@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from anonflow import plugins, testing
+from anonflow import registry as plugins
+from anonflow import testing
 from anonflow.api import hookimpl
 from anonflow.cli import main
 from anonflow.cli.scaffold import generate
@@ -121,7 +122,8 @@ def test_names_with_separators_make_valid_packages(tmp_path):
 HELPERS = textwrap.dedent("""
     import json, sys
     import anonflow_acme
-    from anonflow import plugins, testing
+    from anonflow import registry as plugins
+    from anonflow import testing
     reg = testing.registry(anonflow_acme)       # the old recipe failed here once installed
     found = {r.name: r.distribution for r in reg if r.name.startswith("acme.")}
     with testing.use_plugins(anonflow_acme):

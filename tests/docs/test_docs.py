@@ -249,7 +249,7 @@ def test_a_stale_reference_table_is_caught(tmp_path):
 # -- first-party plugins --------------------------------------------------------------------
 
 def first_party():
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
 
     return [r for r in get_registry() if r.module.split(".")[0] == "anonflow_std"]
 
@@ -352,7 +352,7 @@ def test_documented_plugin_parameters_exist_with_their_defaults():
 def test_lattice_model_list_names_every_model_the_lattice_can_search():
     """docs/algorithms.md's lattice `model` row and docs/plugins.md's "In anonflow" list name
     every registered privacy check the lattice accepts (as the lattice itself decides)."""
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
     from anonflow_std.generalization.lattice import _offers_partition
 
     reg = get_registry()
@@ -388,7 +388,7 @@ def _steps_in_yaml_examples(path: Path):
 def test_yaml_examples_use_declared_parameters(path):
     """Every `with:` of an example step validates against its step's or plugin's declaration."""
     from anonflow.params import validate_params
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
 
     reg = get_registry()
     for step, uses, given in _steps_in_yaml_examples(path):

@@ -32,7 +32,7 @@ from pathlib import Path
 import pyarrow.csv as pacsv
 import pytest
 
-from anonflow import plugins
+from anonflow import registry as plugins
 from anonflow.api import Output, Param, Publisher, hookimpl
 
 from tests.support import netns, pgserver
@@ -233,7 +233,7 @@ RUN_IN_NAMESPACE = '''
     from click.testing import CliRunner
     from anonflow.cli import main
     import anonflow
-    from anonflow import plugins
+    from anonflow import registry as plugins
 
     def cli(*args):
         plugins.set_registry(None)
@@ -325,7 +325,7 @@ def retarget(release: Path, old: str, new: str) -> None:
 VERIFY_IN_NAMESPACE = '''
     from click.testing import CliRunner
     from anonflow.cli import main
-    from anonflow import plugins
+    from anonflow import registry as plugins
 
     def cli(*args):
         plugins.set_registry(None)

@@ -25,7 +25,7 @@ from anonflow.generalization import (OPTION, format_number, generalization, gene
                                      structured_columns)
 from anonflow_std.common.generalized import Generalized, render
 from anonflow.params import validate_params
-from anonflow.plugins import get_registry
+from anonflow.registry import get_registry
 from anonflow.schema import Attribute, Typing
 from anonflow.testing import make_context, typed_table
 from anonflow_std.common.qi_space import qi_space

@@ -59,7 +59,7 @@ TARGETS = [
         },
         ("tests/plugins/utility/test_metrics_by_hand.py", "tests/plugins/privacy/test_missing_values.py",
          "tests/plugins/privacy/test_boundaries.py", "tests/plugins/clustering/test_lclustering.py",
-         "tests/plugins/lossyjoin/test_gca.py"),
+         "tests/plugins/clustering/test_gca.py"),
     ),
     Target(
         "partition-holds",

@@ -557,7 +557,7 @@ def test_bad_partition_parameters_are_one_line_naming_the_step(tmp_path, step, m
         """)
     with pytest.raises(WorkflowError) as err:
         from anonflow.runner.plan import build_plan
-        from anonflow.plugins import get_registry
+        from anonflow.registry import get_registry
 
         build_plan(load_workflow(wf), get_registry())
     assert "step 'again'" in str(err.value) and message in str(err.value)

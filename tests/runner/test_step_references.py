@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from anonflow import plugins
+from anonflow import registry as plugins
 import pytest
 
 from anonflow.api import Metric, Param, hookimpl

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from anonflow import plugins
+from anonflow import registry as plugins
 from anonflow.api import CLASS, Algorithm, Param
 from anonflow.store import Store
 

@@ -88,7 +88,7 @@ def outputs(tmp_path_factory):
 
     def get(workflow: str) -> Path:
         if workflow not in done:
-            from anonflow import plugins
+            from anonflow import registry as plugins
             from anonflow.cli import main
 
             plugins.set_registry(None)

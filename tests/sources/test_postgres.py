@@ -20,7 +20,7 @@ import pyarrow.csv as pacsv
 import pytest
 from click.testing import CliRunner
 
-from anonflow import plugins
+from anonflow import registry as plugins
 from anonflow.pgurl import display, url_problem
 from anonflow.workflow import load_workflow
 

@@ -6,7 +6,7 @@ import json
 
 import pyarrow.compute as pc
 
-from anonflow import plugins
+from anonflow import registry as plugins
 from anonflow.api import Metric, hookimpl
 
 from tests.support.helpers import census_workflow

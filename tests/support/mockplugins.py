@@ -3,7 +3,7 @@ provider of mock algorithms, metrics, publishers and hierarchy builders (``Provi
 Census workflow with its algorithm replaced by a mock (``census_using``)."""
 from __future__ import annotations
 
-from anonflow import plugins
+from anonflow import registry as plugins
 from anonflow.api import hookimpl
 
 from tests.support.helpers import census_workflow

@@ -4,7 +4,7 @@ import pytest
 
 from anonflow.runner.plan import build_plan
 from anonflow.errors import InputError, WorkflowError
-from anonflow.plugins import get_registry
+from anonflow.registry import get_registry
 from anonflow.workflow.spec import load_workflow, parse_override
 
 from tests.support.helpers import census_workflow, write

@@ -41,7 +41,7 @@ from ...api import StepContext
 from ...cleanup import private_folder
 from ...errors import AnonflowError, RunError
 from ...executor_spec import ExecutorSpec
-from ...plugins import get_registry
+from ...registry import get_registry
 from ...schema import CLASS, ROW
 from ...store import Store
 from ...table import TypedTable

@@ -203,7 +203,7 @@ class _RecordDS:
     distinct value of every attribute (row j = the j-th value of each attribute), sums the
     per-attribute tables of a few attributes into joint tables (outer sums, at most
     ``JOINT`` entries each) and gathers them for all candidates: a handful of ``take`` calls
-    instead of a pass per attribute over every candidate. ``tests/test_lclustering.py``
+    instead of a pass per attribute over every candidate. ``tests/plugins/clustering/test_lclustering.py``
     checks it against :func:`ds_record_class`.
     """
 

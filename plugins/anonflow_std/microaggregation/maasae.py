@@ -8,7 +8,7 @@ the sensitive attribute's entropy over gain of information loss), or the smalles
 (``objective: min-il``, the seed's MAA-MINIL). Leftover records join the class of largest
 APF({t}, {t} u G_k). Every QI is then published as its class's centroid.
 
-The result is exactly that of Algorithm 1 evaluated literally (``tests/test_maasae.py``
+The result is exactly that of Algorithm 1 evaluated literally (``tests/plugins/microaggregation/test_maasae.py``
 compares with such a reference); the speed comes from evaluating every candidate and every
 formed class at once, with no Python loop over records:
 

@@ -19,7 +19,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from anonflow import plugins
+from anonflow import registry as plugins
 from anonflow.errors import InputError
 from anonflow_std.common.ds_distance import ds_classes, ds_record_class
 from anonflow_std.common.generalized import Domain, Generalized, relative_loss

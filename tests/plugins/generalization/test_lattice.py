@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from anonflow import plugins
+from anonflow import registry as plugins
 from anonflow.api import CLASS, InputError, Metric, Param, Partition, hookimpl, sql_ident
 from anonflow.params import validate_params
 from anonflow.testing import make_context, typed_table
@@ -220,7 +220,7 @@ def test_the_loss_bound_excludes_only_nodes_that_cannot_be_the_optimum(model, mp
     excludes only nodes whose bound is past the best exact loss it found (plus the margin),
     never a satisfying node that could beat or tie the optimum -- and checks fewer nodes than
     the search without the bound."""
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
 
     t = adult(1500, quasi=("age", "sex", "race", "marital-status", "education"))
     sp = Space(t, t.typing.quasi)
@@ -297,7 +297,7 @@ def test_a_loss_whose_bound_is_no_lower_bound_is_not_pruned():
 def exhaustive(table, k, suppression, utility, given=None):
     """Independent optimum: every node generalized with Hierarchy.generalize (Arrow), classes
     counted in SQL, loss by the metric plugin; suppressed records count as loss 1."""
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
 
     metric = get_registry().get("metric", utility).obj
     mparams = validate_params(metric.params, given if given is not None else
@@ -334,7 +334,7 @@ def test_no_satisfying_node_has_less_loss_than_the_chosen_one(utility, k, suppre
     pub = published(out)
     n_supp = t.num_rows - pub.num_rows
     assert n_supp <= int(suppression * t.num_rows)
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
 
     metric = get_registry().get("metric", utility).obj
     orig = t.replace(data=t.data.filter(pc.is_in(t.data.column("_row"), value_set=pub.data.column("_row"))))
@@ -401,7 +401,7 @@ def test_every_output_satisfies_the_model_it_claims_checked_in_sql(model, mparam
     """Property: on random samples of real Adult, the lattice's published records satisfy the
     model by the model's own SQL check (not partition_holds), each class is one published QI
     tuple, and no record is lost: published + suppressed = input, suppressed within the limit."""
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
 
     t = graded(adult(600, seed=seed))
     try:

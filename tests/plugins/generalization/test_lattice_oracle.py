@@ -34,7 +34,7 @@ import pytest
 
 from anonflow.api import CLASS, Metric
 from anonflow.params import validate_params
-from anonflow.plugins import get_registry
+from anonflow.registry import get_registry
 from anonflow.testing import make_context
 
 from tests.plugins.generalization.test_lattice import adult, published, run_lattice, use

@@ -205,7 +205,7 @@ def test_delta_presence_lattice_holds_and_is_checked_node_by_node(tmp_path):
 
 def test_the_population_step_is_a_dependency_and_errors_name_it(tmp_path):
     from anonflow.runner.plan import build_plan
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
     from anonflow.workflow.spec import load_workflow
 
     wf = tmp_path / "wf.yaml"

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from anonflow.api import CLASS, Partition
 from anonflow.errors import InputError
 from anonflow.params import ParamError, validate_params
-from anonflow.plugins import get_registry
+from anonflow.registry import get_registry
 from anonflow.testing import make_context, typed_table
 from anonflow_std.generalization.hierarchies import ArxFile
 from anonflow_std.generalization.lattice import Lattice

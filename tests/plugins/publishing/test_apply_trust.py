@@ -126,7 +126,7 @@ def test_the_checks_and_their_recorded_results_are_forged_too_and_the_key_still_
 def test_the_publishers_apply_takes_the_key_in_python(signed, tmp_path):
     """The API equivalent of --key: the release publisher's apply(..., key=)."""
     from anonflow.errors import InputError
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
     from anonflow.session import Session
 
     rel, pub, new = signed

@@ -381,7 +381,8 @@ def test_suda2_on_adult_fast_enough(data_dir):
 # -- both, in a workflow ----------------------------------------------------------------------
 
 def test_in_a_workflow(tmp_path):
-    from anonflow import plugins, testing
+    from anonflow import registry as plugins
+    from anonflow import testing
 
     reg = plugins.get_registry()
     if not (reg.has("metric", "individual-risk") and reg.has("metric", "suda2")):

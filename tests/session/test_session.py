@@ -62,7 +62,7 @@ def test_only_the_session_builds_a_runner():
 
 
 def test_apply_without_the_engine_is_refused_in_one_line(tmp_path):
-    from anonflow.plugins import get_registry
+    from anonflow.registry import get_registry
 
     publisher = get_registry().get("publisher", "release").obj
     with pytest.raises(InputError, match=r"^applying a release needs the engine: give apply\(\.\.\., engine=\.\.\.\)"):

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from anonflow import plugins
+from anonflow import registry as plugins
 from anonflow.store import Store
 
-from .conftest import write
+from tests.support.helpers import write
 
 
 def _workflow(folder: Path, source: str) -> Path:
