@@ -46,6 +46,9 @@ class DaskExecutor(Executor):
             self._local = str(private_folder(tempfile.gettempdir(), "anonflow-dask-", journal, "dask"))
             self.cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True,
                                         dashboard_address=None, silence_logs=logging.ERROR,
+                                        # no dashboard; the scheduler's own HTTP routes (health) on a free
+                                        # loopback port, not on 8787 (taken by a second cluster, with a warning)
+                                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                                         local_directory=self._local, security=security)
             self.client = Client(self.cluster, security=security, set_as_default=False)
 
