@@ -125,7 +125,8 @@ HAND = [
     HandMutant("privacy-sql", "k-anonymity reports the largest class as k", M,
                '"SELECT min(n), count(*), count(*)', '"SELECT max(n), count(*), count(*)'),
     HandMutant("privacy-sql", "k-anonymity by values groups by the first QI only (a dropped column)", M,
-               'group = ", ".join(sql_ident(c) for c in quasi)', 'group = ", ".join(sql_ident(c) for c in quasi[:1])',
+               'group = anonymized, ", ".join(sql_ident(c) for c in quasi)',
+               'group = anonymized, ", ".join(sql_ident(c) for c in quasi[:1])',
                kind="python"),
     HandMutant("privacy-sql", "k by QI values (beside k by class) takes the largest group", M,
                'vk = ctx.sql(f"SELECT min(n) AS k', 'vk = ctx.sql(f"SELECT max(n) AS k'),
@@ -169,7 +170,7 @@ HAND = [
                "SELECT (SELECT min(n) FROM c) AS class_k", "SELECT (SELECT max(n) FROM c) AS class_k"),
     # the lattice's choice and suppression limit (issue 13's survivors)
     HandMutant("lattice", "with suppression, only minimal nodes are scored", LAT,
-               "cand = np.flatnonzero(search.status.reshape(-1) == 1)", "cand = minimal", kind="python"),
+               "cand = np.flatnonzero((flat == 1) | (flat == 2))", "cand = minimal", kind="python"),
     HandMutant("lattice", "without suppression, minimal nodes ordered by height before loss", LAT,
                "order = np.lexsort((cand, heights[cand], np.round(bound[cand], 12)))\n            best",
                "order = np.lexsort((cand, np.round(bound[cand], 12), heights[cand]))\n            best",
