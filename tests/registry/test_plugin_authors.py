@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from anonflow import codehash, plugins
+from anonflow import codehash
+from anonflow import registry as plugins
 from anonflow.api import CLASS, Algorithm, Param, hookimpl
 
 from tests.support.helpers import write

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from anonflow import codehash, plugins
+from anonflow import codehash
+from anonflow import registry as plugins
 from anonflow.api import Hierarchy, HierarchyBuilder, InputError, Param, Publisher, hookimpl
 
 from tests.support.helpers import census_workflow, install_site, write

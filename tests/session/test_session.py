@@ -14,7 +14,7 @@ from anonflow.errors import InputError, WorkflowError
 from anonflow.session import Session
 from anonflow.workflow.model import top_level_keys
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STD = ROOT / "plugins" / "anonflow_std" / "publishing"
 
 
@@ -39,7 +39,7 @@ def _function(path: Path, name: str) -> ast.FunctionDef:
     return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
-@pytest.mark.parametrize("path,name", [(STD / "verify.py", "_rerun_confined"), (STD / "apply.py", "apply_release")])
+@pytest.mark.parametrize("path,name", [(STD / "verify.py", "_rerun_confined"), (STD / "release_apply.py", "apply_release")])
 def test_the_release_publisher_reaches_the_engine_only_through_the_handle(path, name):
     """No import in the function: no Runner, plan, Store, spec or registry of the engine's own."""
     fn = _function(path, name)
