@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import plugins
+from . import registry as _registry
 from .api import CLASS, StepContext, suppression_limit
 from .params import validate_params
 from .registry import Registry, get_registry, plugin_manager
@@ -108,11 +108,11 @@ def use_plugins(*modules: Any, entry_points: bool = True) -> Iterator["Registry"
     """
     previous = plugins._REGISTRY
     reg = registry(*modules, entry_points=entry_points)
-    plugins.set_registry(reg)
+    _registry.set_registry(reg)
     try:
         yield reg
     finally:
-        plugins.set_registry(previous)
+        _registry.set_registry(previous)
 
 
 def run_workflow(workflow: str | os.PathLike[str], tmp_path: str | os.PathLike[str], *,

@@ -88,6 +88,59 @@ def _imports() -> list[Import]:
 IMPORTS = _imports()
 
 
+def _defined(path: Path) -> set[str]:
+    """The names a module binds at its top level, and those its ``__all__`` lists (a package
+    may provide names lazily, as ``anonflow`` does)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                if isinstance(target, ast.Name) and target.id == "__all__" and node.value is not None:
+                    names.update(c.value for c in ast.walk(node.value)
+                                 if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    return names
+
+
+def _missing() -> list[str]:
+    """``from PACKAGE import NAME`` where NAME is neither a module of the package nor a name it
+    defines (a module that was moved or renamed: an editable install of an older tree would
+    still find it, a wheel would not)."""
+    found = []
+    tests = Path(__file__).resolve().parents[1]
+    readers = [*MODULES.items(), *((f"tests:{p.relative_to(tests)}", p) for p in sorted(tests.rglob("*.py")))]
+    for module, path in readers:
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or (node.level and module.startswith("tests:")):
+                continue
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if is_package else module.split(".")[:-1]
+                here = here[: len(here) - node.level + 1]
+                base = ".".join(here + ([base] if base else []))
+            if base.split(".")[0] not in ("anonflow", "anonflow_std"):
+                continue
+            if base not in MODULES:
+                found.append(f"{module}:{node.lineno} imports from {base}, which does not exist")
+                continue
+            defined = _defined(MODULES[base])
+            for alias in node.names:
+                if f"{base}.{alias.name}" not in MODULES and alias.name != "*" and alias.name not in defined:
+                    found.append(f"{module}:{node.lineno} imports {alias.name} from {base}, which has none")
+    return found
+
+
+def test_every_import_of_the_project_names_what_exists():
+    """In the engine, the plugins and the tests."""
+    assert _missing() == []
+
+
 def test_no_import_cycles_counting_imports_inside_functions():
     graph = nx.DiGraph((i.source, i.target) for i in IMPORTS)
     # a package's __init__ re-exporting its own modules is not a cycle of concerns
