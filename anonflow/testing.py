@@ -106,7 +106,7 @@ def use_plugins(*modules: Any, entry_points: bool = True) -> Iterator["Registry"
             assert reg.has("metric", "acme.class-size")
             result = testing.run_workflow(HERE / "workflow.yaml", tmp_path)
     """
-    previous = plugins._REGISTRY
+    previous = _registry._REGISTRY
     reg = registry(*modules, entry_points=entry_points)
     _registry.set_registry(reg)
     try:
