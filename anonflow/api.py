@@ -13,7 +13,6 @@ and its declared ``params``.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -29,7 +28,7 @@ from .cleanup import cleanup_on_termination, fsync_folder
 from .egress import current as current_egress
 from .errors import AnonflowError, InputError, PluginError, PurgedError, RunError
 from .filemodes import make_ordinary
-from .outputs import OutputGuard
+from .outputs import OutputGuard, file_sha256
 from .hierarchy import Hierarchy
 from .hookspecs import hookimpl
 from .params import REQUIRED, Param
@@ -583,14 +582,6 @@ def check_destination(destination: str, what: str) -> list[str]:
     when it may not be reached or holds a password. ``what`` names the step for the message.
     Call it right before connecting (see :meth:`Publisher.destinations`)."""
     return current_egress().check_destination(destination, what)
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> str:

@@ -269,13 +269,13 @@ class OutputGuard:
                 raise InputError(f"output path {text!r} would write over {f}, which this store "
                                  f"({self.store_path or 'in memory'}) did not publish; anonflow never overwrites a "
                                  "file it did not write: remove it or choose another path")
-            if f.is_symlink() or not f.is_file() or _sha256(f) not in recorded:
+            if f.is_symlink() or not f.is_file() or file_sha256(f) not in recorded:
                 raise InputError(f"output path {text!r} would write over {f}, which was changed after this store "
                                  "published it; remove it or choose another path")
 
 
-def _sha256(path: Path) -> str:
-    """A file's sha256 (hex), as :func:`anonflow.api.file_sha256` gives it; computed here so the
-    guard, which the plugin API uses, does not import it back."""
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """A file's sha256 (hex), read in blocks; the plugin API offers it as
+    :func:`anonflow.api.file_sha256`."""
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..api import StepContext
+from ..api import StepContext, file_sha256
 from ..errors import InputError, WorkflowError
 from ..hierarchy import Hierarchy
 from ..params import ParamError, suggest, validate_params
@@ -60,7 +60,7 @@ class HierarchyStep(Step):
                 if not path.is_file():
                     raise WorkflowError(f"hierarchy file not found: {path}", where=cwhere)
                 validated[key] = str(path)
-                files[key] = _sha256(path)
+                files[key] = file_sha256(path)
             out[str(column)] = {"builder": reg.name, "version": reg.version, "params": validated, "files": files}
         return out
 
@@ -111,7 +111,3 @@ class HierarchyStep(Step):
         return {"hierarchies": summary.get("hierarchies", {}), "notes": summary.get("notes", [])}
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
