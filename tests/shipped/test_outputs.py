@@ -16,6 +16,7 @@ import yaml
 
 from tests.support import leakscan
 from tests.support.helpers import WORKFLOWS
+from tests.support.shipped import shipped_run
 
 PUBLISHING = sorted(p.name for p in WORKFLOWS.glob("*.yaml")
                     if any(s.get("uses") == "publish" for s in yaml.safe_load(p.read_text())["steps"].values()))
@@ -47,15 +48,13 @@ def _fewest_distinct(table: pa.Table, keys: list[str], sensitive: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workflow", PUBLISHING)
-def test_published_files_of_shipped_workflows_meet_the_claimed_models(cli, tmp_path, workflow):
+def test_published_files_of_shipped_workflows_meet_the_claimed_models(tmp_path_factory, workflow):
     spec = yaml.safe_load((WORKFLOWS / workflow).read_text())
     typing = next(s for s in spec["steps"].values() if s.get("uses") == "typing")["with"]
     quasi, sensitive = leakscan.role_names(typing.get("quasi")), leakscan.role_names(typing.get("sensitive"))
-    # retain: published (it changes no published byte): the store is then scanned for originals
-    res = cli("run", WORKFLOWS / workflow, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "out", "--json",
-              "--retain", "published")
-    assert res.exit_code == 0, res.output
-    metrics = json.loads(res.output)["metrics"]
+    # run with --retain published (it changes no published byte): the store is then scanned for originals
+    run = shipped_run(workflow.removesuffix(".yaml"), tmp_path_factory)
+    metrics = run["metrics"]
 
     steps = spec["steps"]
 
@@ -77,7 +76,7 @@ def test_published_files_of_shipped_workflows_meet_the_claimed_models(cli, tmp_p
         return max(values) if values else None
 
     checked = 0
-    for out in json.loads(res.output)["outputs"]:
+    for out in run["outputs"]:
         path = Path(out["path"])
         if path.suffix not in (".csv", ".parquet") or path.stem.endswith("-sa"):
             continue
@@ -104,8 +103,8 @@ def test_published_files_of_shipped_workflows_meet_the_claimed_models(cli, tmp_p
         checked += 1
     assert checked
     # no original record, no unpublished original value, no dropped column's value in any file
-    leakscan.assert_release_leaks_nothing(WORKFLOWS / workflow, tmp_path / "out")
+    leakscan.assert_release_leaks_nothing(WORKFLOWS / workflow, run["dir"])
     # and the store, purged of its sources and intermediate tables, holds no unpublished original value
     # (ARX's Adult: every distinctive value is a hierarchy label, so nothing is looked for there)
-    looked, found = leakscan.store_leaks(WORKFLOWS / workflow, tmp_path / "s.duckdb", tmp_path / "out")
+    looked, found = leakscan.store_leaks(WORKFLOWS / workflow, run["db"], run["dir"])
     assert not found, (workflow, looked, sorted(found)[:10])

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.support.helpers import DATA, run_shipped
+from tests.support.helpers import DATA
+from tests.support.shipped import shipped_run
 
 QIS = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation"]
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
-    return run_shipped("population-adult", tmp_path_factory.mktemp("population-adult"))
+    return shipped_run("population-adult", tmp_path_factory)
 
 
 def _risk(f: np.ndarray, F: np.ndarray) -> np.ndarray:

@@ -52,9 +52,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from tests.support.helpers import WORKFLOWS
+from tests.support.shipped import shipped_run
 
 pycanon = pytest.importorskip("pycanon")
 from pycanon import anonymity  # noqa: E402
@@ -81,25 +81,10 @@ def _quasi(workflow: str) -> list[str]:
     return list(quasi) if isinstance(quasi, dict) else [next(iter(q)) if isinstance(q, dict) else q for q in quasi]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def outputs(tmp_path_factory):
-    """Runs a workflow once per module, on demand: name -> its output folder."""
-    done: dict[str, Path] = {}
-
-    def get(workflow: str) -> Path:
-        if workflow not in done:
-            from anonflow import registry as plugins
-            from anonflow.cli import main
-
-            plugins.set_registry(None)
-            tmp = tmp_path_factory.mktemp(workflow)
-            res = CliRunner().invoke(main, ["run", str(WORKFLOWS / f"{workflow}.yaml"), "--db", str(tmp / "s.duckdb"),
-                                            "--out-dir", str(tmp / "out")], catch_exceptions=False)
-            assert res.exit_code == 0, res.output
-            done[workflow] = tmp / "out"
-        return done[workflow]
-
-    return get
+    """A shipped workflow's output folder, from its one run in this session (tests.support.shipped)."""
+    return lambda workflow: shipped_run(workflow, tmp_path_factory)["dir"]
 
 
 def _frame(folder: Path, workflow: str, name: str, sa: str) -> tuple[pd.DataFrame, list[str]]:

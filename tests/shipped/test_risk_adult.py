@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from tests.support.helpers import DATA, WORKFLOWS, run_shipped
+from tests.support.helpers import DATA, WORKFLOWS
+from tests.support.shipped import shipped_run
 
 QIS = ["sex", "age", "race", "marital-status", "education", "native-country", "workclass", "occupation"]
 SA = "salary-class"
@@ -24,7 +25,7 @@ THRESHOLD = 0.2
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
-    return run_shipped("risk-adult", tmp_path_factory.mktemp("risk-adult"))
+    return shipped_run("risk-adult", tmp_path_factory)
 
 
 def _csv(path: Path, **kw) -> pd.DataFrame:

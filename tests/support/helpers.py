@@ -1,14 +1,10 @@
-"""Helpers shared by the test folders: the repository's paths, scratch workflow files, running a
-shipped workflow, installing a plugin package into a scratch site."""
+"""Helpers shared by the test folders: the repository's paths, scratch workflow files, installing a
+plugin package into a scratch site (a shipped workflow's run: tests.support.shipped)."""
 from __future__ import annotations
 
 import shutil
 import textwrap
 from pathlib import Path
-
-from click.testing import CliRunner
-
-from anonflow import registry as plugins
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "workflows"
@@ -28,23 +24,6 @@ def install_site(package: Path, target: Path) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                     "--target", str(target), str(build)], check=True)
     return target
-
-
-def run_shipped(workflow: str, tmp: Path) -> dict:
-    """Run ``workflows/<workflow>.yaml`` as shipped through the CLI (``--json``), its store and
-    published files in ``tmp``; the JSON result, with ``dir`` = the output folder."""
-    import json
-
-    from anonflow.cli import main
-
-    plugins.set_registry(None)
-    res = CliRunner().invoke(main, ["run", str(WORKFLOWS / f"{workflow}.yaml"), "--db", str(tmp / "s.duckdb"),
-                                    "--out-dir", str(tmp / "out"), "--json"], catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
-    assert out["status"] == "succeeded"
-    out["dir"] = tmp / "out"
-    return out
 
 
 def write(path: Path, text: str) -> Path:
