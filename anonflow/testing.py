@@ -64,13 +64,23 @@ def typed_table(columns: Mapping[str, Any], *, quasi: Mapping[str, str] | None =
 
 def make_context(step: str = "test", seed: int = 0, store: Store | None = None,
                  output_dir: Path | None = None) -> StepContext:
-    """A step context backed by an in-memory store (for ``ctx.sql``)."""
-    store = store or Store(":memory:")
+    """A step context whose ``ctx.sql`` and table helpers run on ``store`` or, at their first use,
+    on an in-memory store of its own (opening one takes DuckDB tens of milliseconds, and most
+    unit tests of a plugin never query)."""
+    opened: list[Store] = [store] if store is not None else []
+
+    def on_store() -> Store:
+        if not opened:
+            opened.append(Store(":memory:"))
+        return opened[0]
+
     out = output_dir or Path.cwd()
     return StepContext(step=step, seed=seed, rng=np.random.default_rng(seed), workflow_dir=out, output_dir=out,
-                       sql=lambda query, params=None, **tables: store.sql(query, params, **tables),
-                       derive=store.derive_table, discard=store.discard, relation=store.relation,
-                       copy_to=store.copy_to)
+                       sql=lambda query, params=None, **tables: on_store().sql(query, params, **tables),
+                       derive=lambda *args, **kwargs: on_store().derive_table(*args, **kwargs),
+                       discard=lambda table: on_store().discard(table),
+                       relation=lambda *args, **kwargs: on_store().relation(*args, **kwargs),
+                       copy_to=lambda *args, **kwargs: on_store().copy_to(*args, **kwargs))
 
 
 # -- plugins under test ----------------------------------------------------------------------
