@@ -131,8 +131,7 @@ class Migrations:
     path: Any
 
     def _applied(self) -> int:
-        exists = self._one(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'af_migrations'")[0]
+        exists = self._one("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'af_migrations'")[0]
         if not exists:
             return 0
         return int(self._one("SELECT coalesce(max(version), 0) FROM af_migrations")[0])
@@ -150,17 +149,20 @@ class Migrations:
         applied = self._applied()
         if applied > SCHEMA_VERSION:
             raise StoreError(f"{self.path} was written by a newer anonflow (schema {applied} > {SCHEMA_VERSION})")
-        for version, (name, sql) in enumerate(MIGRATIONS, start=1):
-            if version <= applied:
-                continue
-            self.con.execute("BEGIN TRANSACTION")
-            try:
-                self.con.execute(sql)
-                self.con.execute("INSERT INTO af_migrations VALUES (?, ?, ?)", [version, name, now()])
-                self.con.execute("COMMIT")
-            except Exception:
-                self.con.execute("ROLLBACK")
-                raise
+        if applied == SCHEMA_VERSION:
+            return
+        # every pending migration in one transaction: a store is upgraded whole or not at all, and
+        # a new store is written with one commit instead of one per migration
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            for version, (name, sql) in enumerate(MIGRATIONS, start=1):
+                if version > applied:
+                    self.con.execute(sql)
+                    self.con.execute("INSERT INTO af_migrations VALUES (?, ?, ?)", [version, name, now()])
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
 
 
 def schema_markdown() -> str:
