@@ -251,15 +251,19 @@ def attribute_loss(original: TypedTable, released: TypedTable, sql: Any, layout:
     if ROW not in odata.column_names or ROW not in rdata.column_names:
         return out
     quasi = [q for q in released.typing.quasi if q in odata.column_names and q in rdata.column_names]
-    for q in quasi:
-        o, p = sql_ident(q), sql_ident(q)
-        row = sql(f"""
-            WITH j AS (SELECT CAST(o.{o} AS VARCHAR) AS ov, CAST(p.{p} AS VARCHAR) AS pv
-                       FROM orig o JOIN pub p USING ({sql_ident(ROW)})),
-                 g AS (SELECT pv, count(DISTINCT ov) AS a, count(*) AS n FROM j GROUP BY pv)
-            SELECT (SELECT count(DISTINCT ov) FROM j) AS d, (SELECT sum(n * (a - 1)) FROM g) AS s,
-                   (SELECT count(*) FROM j) AS n, (SELECT count(*) FROM j WHERE ov IS DISTINCT FROM pv) AS changed
-        """, orig=odata.select([ROW, q]), pub=rdata.select([ROW, q])).to_pylist()[0]
+    # one join of the two tables, then per attribute: distinct original values (d), the sum over
+    # published values of records * (distinct originals - 1) (s), records (n), changed values
+    pairs = ", ".join(f"CAST(o.{sql_ident(q)} AS VARCHAR) AS o{i}, CAST(p.{sql_ident(q)} AS VARCHAR) AS p{i}"
+                      for i, q in enumerate(quasi))
+    per_attribute = " UNION ALL ".join(
+        f"""SELECT {i} AS i, (SELECT count(DISTINCT o{i}) FROM j) AS d,
+                   (SELECT sum(n * (a - 1)) FROM (SELECT count(DISTINCT o{i}) AS a, count(*) AS n FROM j GROUP BY p{i})) AS s,
+                   (SELECT count(*) FROM j) AS n, (SELECT count(*) FROM j WHERE o{i} IS DISTINCT FROM p{i}) AS changed"""
+        for i in range(len(quasi)))
+    rows = sql(f"WITH j AS MATERIALIZED (SELECT {pairs} FROM orig o JOIN pub p USING ({sql_ident(ROW)})) "
+               f"SELECT * FROM ({per_attribute}) ORDER BY i",
+               orig=odata.select([ROW, *quasi]), pub=rdata.select([ROW, *quasi])).to_pylist() if quasi else []
+    for q, row in zip(quasi, rows):
         d, n = int(row["d"] or 0), int(row["n"] or 0)
         amb = float(row["s"] or 0) / (n * (d - 1)) if n and d > 1 else 0.0
         out.append({"attribute": q, "role": "quasi", "ambiguity": amb,
