@@ -94,13 +94,12 @@ class Ledger:
         try:
             self.con.execute(f"INSERT INTO af_step_runs (run_id, step, {', '.join(cols)}) "
                              f"VALUES (?, ?, {', '.join('?' * len(cols))})", [run_id, rec["step"], *values])
-            for name, value in (metrics or {}).items():
-                self.con.execute("INSERT INTO af_metrics VALUES (?, ?, ?, ?)", [run_id, rec["step"], name, value])
-            for out in outputs:
-                self.con.execute("INSERT INTO af_outputs VALUES (?, ?, ?, ?, ?)",
-                                 [run_id, rec["step"], out["path"], out["sha256"], out["rows"]])
-            for parent, child in lineage:
-                self.con.execute("INSERT INTO af_lineage VALUES (?, ?, ?, ?)", [run_id, parent, child, rec["step"]])
+            # one statement per table (an evaluate step records dozens of metric values)
+            _insert_rows(self.con, "af_metrics", [(run_id, rec["step"], name, value)
+                                                  for name, value in (metrics or {}).items()])
+            _insert_rows(self.con, "af_outputs", [(run_id, rec["step"], out["path"], out["sha256"], out["rows"])
+                                                  for out in outputs])
+            _insert_rows(self.con, "af_lineage", [(run_id, parent, child, rec["step"]) for parent, child in lineage])
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")
@@ -274,3 +273,10 @@ def resolve_target(store: Any, target: str, run_id: str | None) -> dict[str, Any
         raise StoreError(f"nothing in {store.path} is called {target!r}: give a step name, a table name "
                          "(t_...) or the path of a published file")
     return rec
+
+
+def _insert_rows(con: Any, table: str, rows: list[tuple[Any, ...]]) -> None:
+    """``INSERT INTO table`` of ``rows`` (tuples of one length) as one statement, values bound."""
+    if rows:
+        one = "(" + ", ".join("?" * len(rows[0])) + ")"
+        con.execute(f"INSERT INTO {table} VALUES {', '.join([one] * len(rows))}", [v for row in rows for v in row])
