@@ -133,11 +133,13 @@ class FileSource(Source):
         sql, params = self.read_expr(src, whole=False)
         con = describing_cursor()
         try:
-            rel = con.execute(f"DESCRIBE {sql}", params)
-            columns = [(r[0], r[1]) for r in rel.fetchall()]
+            # one read gives the columns with their types (as DESCRIBE names them) and whether
+            # a record follows the header: a CSV is sniffed once, not twice
+            first = con.execute(f"SELECT * FROM ({sql}) LIMIT 1", params).fetchall()
+            columns = [(d[0], str(d[1])) for d in con.description]
             self.check_read(con, src, [c for c, _ in columns])
             check_reserved([c for c, _ in columns], src)
-            if con.execute(f"SELECT 1 FROM ({sql}) LIMIT 1", params).fetchone() is None:
+            if not first:
                 raise InputError(self.no_records(src), where=where(src))
             return columns
         except duckdb.Error as exc:
