@@ -119,8 +119,8 @@ def test_an_absolute_source_that_changed_is_refused_without_printing_its_digest(
 
 
 @pytest.mark.parametrize("case", ["secret", "proc", "sources-dir"])
-def test_a_hostile_absolute_source_path_reads_nothing_it_may_not(cli, project, made, tmp_path, scratch_root, monkeypatch,
-                                                                case):
+def test_a_hostile_absolute_source_path_reads_nothing_it_may_not(cli, project, made, tmp_path, scratch_root,
+                                                                monkeypatch, case):
     """A forged manifest naming someone's file by absolute path: without --sources the file is
     at most hashed (never copied, used or its digest shown, unless it is the recorded one); under
     /proc, /sys or /dev never opened; with --sources DIR the recorded path is never opened."""
