@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -177,8 +178,25 @@ def _census_release(cli, folder: Path, every: int = 10) -> tuple[Path, Path]:
     return folder / "out" / "census-mdav-release", held
 
 
-def test_mdav_assigns_each_new_record_its_nearest_published_centroid(cli, tmp_path):
-    release, held = _census_release(cli, tmp_path / "w")
+@pytest.fixture(scope="module")
+def census_made(tmp_path_factory) -> Path:
+    """The folder ``_census_release`` fills, made once per module; each test copies it."""
+    from tests.plugins.publishing.made_release import module_cli
+
+    folder = tmp_path_factory.mktemp("census-made") / "w"
+    _census_release(module_cli(), folder)
+    return folder
+
+
+def _census_copy(made: Path, folder: Path) -> tuple[Path, Path]:
+    """``_census_release(cli, folder)``: a copy of the module's (the release records no absolute
+    path, and apply reads only the release and the new batch)."""
+    shutil.copytree(made, folder)
+    return folder / "out" / "census-mdav-release", folder / "held-out.csv"
+
+
+def test_mdav_assigns_each_new_record_its_nearest_published_centroid(cli, census_made, tmp_path):
+    release, held = _census_copy(census_made, tmp_path / "w")
     # 108 held-out records over 194 groups of 5: most centroids get 1 or 2 of them
     res = cli("apply", release, held, "-o", tmp_path / "a")
     assert res.exit_code == 1 and "does not satisfy the release's guarantee: k-anonymity" in res.output, res.output
@@ -316,10 +334,11 @@ def test_a_recorded_node_the_published_labels_contradict_is_refused_in_one_line(
     assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "a").exists()
 
 
-def test_a_census_release_made_before_the_standardization_was_recorded_falls_back_with_a_note(cli, tmp_path):
+def test_a_census_release_made_before_the_standardization_was_recorded_falls_back_with_a_note(cli, census_made,
+                                                                                             tmp_path):
     from anonflow_std.publishing.manifest import integrity, manifest_bytes
 
-    release, held = _census_release(cli, tmp_path / "w")
+    release, held = _census_copy(census_made, tmp_path / "w")
     manifest = json.loads((release / "manifest.json").read_text())
     for s in manifest["steps"]:
         s.pop("fitted", None)

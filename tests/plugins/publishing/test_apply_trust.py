@@ -194,13 +194,27 @@ NO_EVALUATE = """\
     """
 
 
+@pytest.fixture(scope="module")
+def plain_made(tmp_path_factory) -> Path:
+    """A project folder in which ``NO_EVALUATE`` was run (--out-dir out), made once per module."""
+    from tests.plugins.publishing.made_release import module_cli
+
+    folder = tmp_path_factory.mktemp("plain-made")
+    (folder / "data" / "sdcmicro").mkdir(parents=True)
+    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", folder / "data" / "sdcmicro")
+    wf = folder / "wf.yaml"
+    wf.write_text(textwrap.dedent(NO_EVALUATE).replace("QUASI", ", ".join(CENSUS_QI)))
+    run_json(module_cli(), wf, "--db", folder / "s.duckdb", "--out-dir", folder / "out")
+    return folder
+
+
 @pytest.mark.parametrize("claims", ["none", "unknown-model"])
-def test_the_sentence_of_what_was_checked_is_never_empty(cli, project, tmp_path, claims):
+def test_the_sentence_of_what_was_checked_is_never_empty(cli, project, plain_made, tmp_path, claims):
     """A release with no evaluate step whose claims were emptied (verify holds: nothing is claimed), or that
     claims a model no installed plugin checks (verify fails it: refused)."""
-    wf = project / "wf.yaml"
-    wf.write_text(textwrap.dedent(NO_EVALUATE).replace("QUASI", ", ".join(CENSUS_QI)))
-    run_json(cli, wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
+    from tests.plugins.publishing.made_release import copy_into
+
+    copy_into(plain_made, project, skip=("data",))   # NO_EVALUATE run in project (--out-dir out)
     rel, new = project / "out" / "release", _batch(project)
 
     def edit(m):

@@ -25,6 +25,7 @@ import yaml
 
 from anonflow.store import Store
 
+from tests.plugins.publishing.made_release import copy_release, make_release
 from tests.support.helpers import DATA, WORKFLOWS, census_workflow
 
 RELEASE = """
@@ -52,6 +53,14 @@ def released(cli, project: Path, *args: str) -> tuple[dict, Path]:
     wf = census_workflow(project, extra=RELEASE)
     out = run_json(cli, wf, "--db", project / "s.duckdb", *args)
     return out, project / "out" / "release"
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    """The project folder ``released`` leaves (no --out-dir), made once per module: a test that
+    only verifies or edits the release takes ``copy_release(made, project)``, the same bytes in
+    its own project folder; a test that runs the workflow again on the store makes its own."""
+    return make_release(tmp_path_factory, RELEASE, out_dir=False)
 
 
 # -- determinism -----------------------------------------------------------------------------
@@ -159,8 +168,8 @@ def _flip(path: Path, at: float = 0.5) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_verify_passes_an_untouched_release(cli, project):
-    _, rel = released(cli, project)
+def test_verify_passes_an_untouched_release(cli, project, made):
+    rel = copy_release(made, project)
     code, result = verify(cli, rel)
     assert code == 0, failures(result)
     text = cli("verify", rel).output
@@ -168,8 +177,8 @@ def test_verify_passes_an_untouched_release(cli, project):
 
 
 @pytest.mark.parametrize("name", ["published.csv", "published.parquet", "report.html"])
-def test_verify_names_a_published_file_with_one_changed_byte(cli, project, name):
-    _, rel = released(cli, project)
+def test_verify_names_a_published_file_with_one_changed_byte(cli, project, made, name):
+    rel = copy_release(made, project)
     _flip(rel / name)
     code, result = verify(cli, rel)
     assert code == 1
@@ -186,8 +195,8 @@ def test_verify_names_a_published_file_with_one_changed_byte(cli, project, name)
     ("versions.duckdb", lambda m: m["versions"].__setitem__("duckdb", "0.0.1")),
     ("release.claims", lambda m: m["release"]["claims"]["k-anonymity"].__setitem__("k", 3)),
 ])
-def test_verify_names_an_edited_manifest_field(cli, project, field, edit):
-    _, rel = released(cli, project)
+def test_verify_names_an_edited_manifest_field(cli, project, made, field, edit):
+    rel = copy_release(made, project)
     path = rel / "manifest.json"
     m = json.loads(path.read_text())
     edit(m)
@@ -197,11 +206,11 @@ def test_verify_names_an_edited_manifest_field(cli, project, field, edit):
     assert any(f.startswith(f"manifest field {field}: was altered") for f in failures(result)), failures(result)
 
 
-def test_verify_checks_recorded_verdicts_and_check_results(cli, project):
+def test_verify_checks_recorded_verdicts_and_check_results(cli, project, made):
     """A forger who also recomputes the digests is caught by the cross-checks (and by --rerun)."""
     from anonflow_std.publishing.manifest import integrity
 
-    _, rel = released(cli, project)
+    rel = copy_release(made, project)
     path = rel / "manifest.json"
     m = json.loads(path.read_text())
     sse = next(i for i, x in enumerate(m["metrics"]) if x["name"] == "k-anonymity.holds")
@@ -217,10 +226,10 @@ def test_verify_checks_recorded_verdicts_and_check_results(cli, project):
                for f in bad), bad
 
 
-def test_verify_rerun_names_a_forged_step_hash(cli, project):
+def test_verify_rerun_names_a_forged_step_hash(cli, project, made):
     from anonflow_std.publishing.manifest import integrity
 
-    _, rel = released(cli, project)
+    rel = copy_release(made, project)
     path = rel / "manifest.json"
     m = json.loads(path.read_text())
     m["steps"][2]["output_hash"] = "0" * 64
@@ -234,8 +243,8 @@ def test_verify_rerun_names_a_forged_step_hash(cli, project):
     assert any(f.startswith("file manifest.json: differs from the re-run's") for f in bad), bad
 
 
-def test_verify_rerun_reports_a_changed_source_record(cli, project):
-    _, rel = released(cli, project)
+def test_verify_rerun_reports_a_changed_source_record(cli, project, made):
+    rel = copy_release(made, project)
     src = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
     lines = src.read_text().splitlines(keepends=True)
     first = lines[10].split(",")
@@ -250,8 +259,8 @@ def test_verify_rerun_reports_a_changed_source_record(cli, project):
     assert verify(cli, rel)[0] == 0      # the release itself is intact
 
 
-def test_verify_reports_an_unlisted_or_missing_file(cli, project):
-    _, rel = released(cli, project)
+def test_verify_reports_an_unlisted_or_missing_file(cli, project, made):
+    rel = copy_release(made, project)
     (rel / "extra.txt").write_text("x")
     (rel / "published.csv").unlink()
     code, result = verify(cli, rel)
@@ -455,8 +464,8 @@ def _chromium() -> str | None:
     return "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None
 
 
-def test_report_page_is_self_contained(cli, project):
-    _, rel = released(cli, project)
+def test_report_page_is_self_contained(cli, project, made):
+    rel = copy_release(made, project)
     page = (rel / "report.html").read_text()
     assert "<script" not in page and "<link" not in page and " src=" not in page
     assert not re.search(r'href="(?!#)', page)
@@ -467,8 +476,8 @@ def test_report_page_is_self_contained(cli, project):
 
 @pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed (apt-get install chromium); "
                                                  ".ci/run installs it")
-def test_report_renders_in_headless_chromium_without_console_errors(cli, project, tmp_path):
-    _, rel = released(cli, project)
+def test_report_renders_in_headless_chromium_without_console_errors(cli, project, made, tmp_path):
+    rel = copy_release(made, project)
     cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
            "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
            f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", "--dump-dom",

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.plugins.publishing.made_release import copy_into, copy_release, make_release, module_cli
 from tests.support.helpers import census_workflow, write
 from tests.plugins.publishing.test_release import RELEASE, _workflow_copy, failures, run_json, verify
 
@@ -33,10 +34,18 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def released(cli, project: Path, extra: str = RELEASE) -> Path:
-    wf = census_workflow(project, extra=extra)
-    run_json(cli, wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
-    return project / "out" / "release"
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    """A project folder in which ``census_workflow`` with ``RELEASE`` was run (--out-dir out),
+    made once per module: a test that verifies, forges or moves the release takes
+    ``copy_release(made, project)``, the same release in its own project folder."""
+    return make_release(tmp_path_factory, RELEASE)
+
+
+@pytest.fixture(scope="module")
+def made_signed(tmp_path_factory) -> Path:
+    """The same with ``SIGNED``: keys/release.key made by keygen before the run."""
+    return make_release(tmp_path_factory, SIGNED, key=True)
 
 
 def forge(rel: Path, edit, workflow_sha256: bool = True) -> None:
@@ -64,10 +73,10 @@ def tree(folder: Path) -> dict[str, str]:
 # -- 1. verify --rerun is confined to a scratch folder ----------------------------------------
 
 
-def test_rerun_runs_from_a_scratch_copy_holding_only_the_recorded_files(cli, project, scratch_root, monkeypatch):
+def test_rerun_runs_from_a_scratch_copy_holding_only_the_recorded_files(cli, project, made, scratch_root, monkeypatch):
     from anonflow import runner
 
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     seen = {}
     real = runner.Runner.run
 
@@ -90,8 +99,8 @@ def test_rerun_runs_from_a_scratch_copy_holding_only_the_recorded_files(cli, pro
 
 
 @pytest.mark.parametrize("where", ["absolute", "dotdot"])
-def test_rerun_refuses_a_source_outside_the_workflow_folder(cli, project, tmp_path, scratch_root, where):
-    rel = released(cli, project)
+def test_rerun_refuses_a_source_outside_the_workflow_folder(cli, project, made, tmp_path, scratch_root, where):
+    rel = copy_release(made, project)
     outside = tmp_path / "elsewhere" / "census.csv"       # the same bytes, outside the workflow's folder
     outside.parent.mkdir()
     outside.write_bytes((project / "data" / "sdcmicro" / "CASCrefmicrodata.csv").read_bytes())
@@ -114,8 +123,8 @@ def test_rerun_refuses_a_source_outside_the_workflow_folder(cli, project, tmp_pa
     assert tree(tmp_path) == before
 
 
-def test_rerun_refuses_a_workflow_whose_sources_are_not_the_manifests(cli, project, scratch_root):
-    rel = released(cli, project)
+def test_rerun_refuses_a_workflow_whose_sources_are_not_the_manifests(cli, project, made, scratch_root):
+    rel = copy_release(made, project)
     (project / "data" / "other.csv").write_bytes((project / "data" / "sdcmicro" / "CASCrefmicrodata.csv").read_bytes())
     forge(rel, lambda m: m["workflow"].__setitem__(
         "text", m["workflow"]["text"].replace("data/sdcmicro/CASCrefmicrodata.csv", "data/other.csv")))
@@ -130,6 +139,8 @@ def test_rerun_refuses_a_hierarchy_file_the_manifest_does_not_pin(cli, tmp_path,
     wf = _workflow_copy("arx-adult-k5", tmp_path, rows=2000)
     run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "o")
     rel = tmp_path / "o" / "release"
+    rel2 = tmp_path / "o2"          # a second run's output folder: the release is byte-identical (its own test)
+    shutil.copytree(tmp_path / "o", rel2)
     hier = tmp_path / "data" / "arx" / "adult_hierarchy_sex.csv"
     stolen = tmp_path / "secret.csv"
     stolen.write_bytes(hier.read_bytes())
@@ -140,8 +151,6 @@ def test_rerun_refuses_a_hierarchy_file_the_manifest_does_not_pin(cli, tmp_path,
     bad = failures(result)
     assert any("re-run: not attempted" in f and "hierarchy file of sex is" in f and str(stolen) in f for f in bad), bad
     # a pinned hierarchy file that changed on disk: named, and the re-run is not attempted
-    rel2 = tmp_path / "o2"
-    run_json(cli, wf, "--db", tmp_path / "s2.duckdb", "--out-dir", rel2)
     hier.write_text(hier.read_text().replace("Male", "Mal3", 1))
     code, result = verify(cli, rel2 / "release", "--rerun", "--sources", tmp_path)
     assert code == 1
@@ -151,9 +160,9 @@ def test_rerun_refuses_a_hierarchy_file_the_manifest_does_not_pin(cli, tmp_path,
 
 
 @pytest.mark.parametrize("path", ["absolute", "../../evil.csv"])
-def test_rerun_of_a_workflow_publishing_outside_its_output_folder_writes_nothing(cli, project, tmp_path,
+def test_rerun_of_a_workflow_publishing_outside_its_output_folder_writes_nothing(cli, project, made, tmp_path,
                                                                                    scratch_root, path):
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     target = str(tmp_path / "evil.csv") if path == "absolute" else path
     step = f"  evil: {{uses: publish, input: grouped, with: {{publisher: csv, path: {json.dumps(target)}}}}}\n"
     forge(rel, lambda m: m["workflow"].__setitem__("text", m["workflow"]["text"] + step))
@@ -167,10 +176,10 @@ def test_rerun_of_a_workflow_publishing_outside_its_output_folder_writes_nothing
     assert list(scratch_root.iterdir()) == []
 
 
-def test_rerun_of_a_filter_reading_a_file_by_sql_fails(cli, project, tmp_path, scratch_root):
+def test_rerun_of_a_filter_reading_a_file_by_sql_fails(cli, project, made, tmp_path, scratch_root):
     """Needs the engine's sandbox of ``filter where:`` SQL (no file-reading functions): without
     it the re-run reads /etc/passwd and only the step-by-step comparison fails."""
-    rel = released(cli, project)
+    rel = copy_release(made, project)
 
     def edit(m):
         m["workflow"]["text"] = m["workflow"]["text"].replace(
@@ -217,16 +226,16 @@ SIGNED = """
 """
 
 
-def signed_release(cli, project: Path) -> tuple[Path, Path]:
-    (project / "keys").mkdir()
-    pub = keygen(cli, project / "keys" / "release.key")
-    return released(cli, project, SIGNED), pub
+def signed_copy(made_signed: Path, project: Path) -> tuple[Path, Path]:
+    """A copy of the module's signed release (and its key pair, keys/release.key) in ``project``;
+    (the release, the public key)."""
+    return copy_release(made_signed, project), project / "keys" / "release.key.pub"
 
 
-def test_a_signed_release_verifies_with_its_key_and_hides_the_key_path(cli, project, tmp_path):
+def test_a_signed_release_verifies_with_its_key_and_hides_the_key_path(cli, project, made_signed, tmp_path):
     from cryptography.hazmat.primitives import serialization
 
-    rel, pub = signed_release(cli, project)
+    rel, pub = signed_copy(made_signed, project)
     m = json.loads((rel / "manifest.json").read_text())
     raw = serialization.load_pem_public_key(pub.read_bytes()).public_bytes(serialization.Encoding.Raw,
                                                                            serialization.PublicFormat.Raw)
@@ -259,8 +268,8 @@ def test_a_signed_release_verifies_with_its_key_and_hides_the_key_path(cli, proj
 
 
 @pytest.mark.parametrize("what", ["report.html", "manifest"])
-def test_a_signed_release_edited_with_digests_recomputed_fails_with_the_key(cli, project, what):
-    rel, pub = signed_release(cli, project)
+def test_a_signed_release_edited_with_digests_recomputed_fails_with_the_key(cli, project, made_signed, what):
+    rel, pub = signed_copy(made_signed, project)
     if what == "report.html":
         page = rel / "report.html"
         page.write_text(page.read_text().replace("Privacy guarantees", "Privacy guarantee!"))
@@ -273,8 +282,8 @@ def test_a_signed_release_edited_with_digests_recomputed_fails_with_the_key(cli,
     assert any(f.startswith("signature: manifest.sig is not a valid signature of manifest.json") for f in bad), bad
 
 
-def test_an_unsigned_release_says_so_and_fails_with_a_key(cli, project, tmp_path):
-    rel = released(cli, project)
+def test_an_unsigned_release_says_so_and_fails_with_a_key(cli, project, made, tmp_path):
+    rel = copy_release(made, project)
     res = cli("verify", rel)
     assert res.exit_code == 0 and "ok    signature: unsigned" in res.output
     code, result = verify(cli, rel)
@@ -288,8 +297,8 @@ def test_an_unsigned_release_says_so_and_fails_with_a_key(cli, project, tmp_path
     assert code == 1 and "signature: manifest.sig is present, but the manifest records no signature" in failures(result)
 
 
-def test_without_cryptography_signing_says_which_extra_to_install(cli, project, monkeypatch):
-    rel = released(cli, project)
+def test_without_cryptography_signing_says_which_extra_to_install(cli, project, made, monkeypatch):
+    rel = copy_release(made, project)
     (project / "k.pub").write_text("x")
     for name in [n for n in sys.modules if n == "cryptography" or n.startswith("cryptography.")] + ["cryptography"]:
         monkeypatch.setitem(sys.modules, name, None)
@@ -303,8 +312,8 @@ def test_without_cryptography_signing_says_which_extra_to_install(cli, project, 
 # -- 3. every CSV is checked against its Parquet partner -------------------------------------------
 
 
-def test_verify_compares_each_csv_with_its_parquet_cell_by_cell(cli, project):
-    rel = released(cli, project)
+def test_verify_compares_each_csv_with_its_parquet_cell_by_cell(cli, project, made):
+    rel = copy_release(made, project)
     code, result = verify(cli, rel)
     assert code == 0, failures(result)
     assert any(i["what"] == "file published.csv" and i["detail"].startswith("holds exactly the records of "
@@ -326,8 +335,8 @@ def test_verify_compares_each_csv_with_its_parquet_cell_by_cell(cli, project):
 
 
 @pytest.mark.parametrize("edit", ["header", "drop-row", "null"])
-def test_verify_names_a_csv_header_row_or_null_that_differs(cli, project, edit):
-    rel = released(cli, project)
+def test_verify_names_a_csv_header_row_or_null_that_differs(cli, project, made, edit):
+    rel = copy_release(made, project)
     path = rel / "published.csv"
     lines = path.read_text().splitlines(keepends=True)
     if edit == "header":
@@ -402,12 +411,22 @@ def formula_project(folder: Path) -> Path:
         """)
 
 
-def test_every_csv_escapes_formula_cells_and_verify_accounts_for_it(cli, tmp_path):
+@pytest.fixture(scope="module")
+def made_formulas(tmp_path_factory) -> Path:
+    """A folder in which ``formula_project``'s workflow was run (store s.duckdb, --out-dir o),
+    made once per module: a test that reads, verifies or forges its releases takes
+    ``copy_into(made_formulas, tmp_path)``, the same folder in its own tmp_path."""
+    folder = tmp_path_factory.mktemp("made-formulas")
+    wf = formula_project(folder)
+    run_json(module_cli(), wf, "--db", folder / "s.duckdb", "--out-dir", folder / "o")
+    return folder
+
+
+def test_every_csv_escapes_formula_cells_and_verify_accounts_for_it(cli, made_formulas, tmp_path):
     import pyarrow.csv as pacsv
 
-    wf = formula_project(tmp_path)
+    copy_into(made_formulas, tmp_path)      # formula_project(tmp_path), run (store s.duckdb, --out-dir o)
     out = tmp_path / "o"
-    run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", out)
 
     def text_cells(path: Path) -> pa.Table:
         return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
@@ -444,10 +463,9 @@ def test_every_csv_escapes_formula_cells_and_verify_accounts_for_it(cli, tmp_pat
 # -- 5. the two k figures of a lossy-join release ---------------------------------------------------
 
 
-def test_a_lossy_join_release_states_both_k_figures(cli, tmp_path):
-    wf = formula_project(tmp_path)
+def test_a_lossy_join_release_states_both_k_figures(cli, made_formulas, tmp_path):
+    copy_into(made_formulas, tmp_path)      # formula_project(tmp_path), run (store s.duckdb, --out-dir o)
     out = tmp_path / "o"
-    run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", out)
     rel = out / "release"
     m = json.loads((rel / "manifest.json").read_text())
     checks = {c["check"]: c for c in m["checks"]}
@@ -510,7 +528,7 @@ def _spy_runs(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("target", ["above", "etc-passwd"])
-def test_rerun_without_sources_reads_only_the_folder_above_the_output_folder(cli, tmp_path, scratch_root,
+def test_rerun_without_sources_reads_only_the_folder_above_the_output_folder(cli, made, tmp_path, scratch_root,
                                                                               monkeypatch, target):
     """A forged source path that names a file far above the release (``etc/passwd`` resolved from
     ``/``) is not searched for: without --sources only the output folder's parent is used."""
@@ -519,7 +537,7 @@ def test_rerun_without_sources_reads_only_the_folder_above_the_output_folder(cli
     census = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
     census.write_bytes((Path(__file__).resolve().parents[3] / "workflows" / "data" / "sdcmicro" /
                         "CASCrefmicrodata.csv").read_bytes())
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     if target == "above":              # a file the old upward search found in tmp_path, 3 folders up
         secret = tmp_path / "secret.csv"
         secret.write_bytes(census.read_bytes())
@@ -571,10 +589,10 @@ def test_rerun_takes_the_sources_from_the_workflow_folder_not_the_output_folder(
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "symlinked-folder"])
-def test_rerun_never_reads_a_source_that_is_not_a_regular_file_inside_the_workflow_folder(cli, project, tmp_path,
+def test_rerun_never_reads_a_source_that_is_not_a_regular_file_inside_the_workflow_folder(cli, project, made, tmp_path,
                                                                                           scratch_root, monkeypatch,
                                                                                           kind):
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     src = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
     outside = tmp_path.parent / f"{tmp_path.name}-outside"
     outside.mkdir()
@@ -614,12 +632,12 @@ def test_rerun_never_reads_a_source_that_is_not_a_regular_file_inside_the_workfl
     assert runs == [] and list(scratch_root.iterdir()) == []
 
 
-def test_rerun_hashes_a_source_before_copying_it(cli, project, scratch_root, monkeypatch):
+def test_rerun_hashes_a_source_before_copying_it(cli, project, made, scratch_root, monkeypatch):
     """A source whose sha256 does not match is never copied into the scratch folder; a match is
     hashed again as copied."""
     from anonflow_std.publishing import verify as verify_mod
 
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     src = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
     src.write_bytes(src.read_bytes() + b"1,2,3\n" * 1000)
     opened = []
@@ -658,10 +676,10 @@ def _one_anonymous(rel: Path) -> int:
 
 
 @pytest.mark.parametrize("variant", ["no-checks", "check-params-k1", "evaluate-step-k1"])
-def test_verify_derives_the_checks_from_the_claims(cli, project, variant):
+def test_verify_derives_the_checks_from_the_claims(cli, project, made, variant):
     """Published data made 1-anonymous, release.claims still k = 5: whatever the manifest lists
     as its checks, verify runs what the claims call for, with the claimed parameters."""
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     classes = _one_anonymous(rel)
     k1 = {"k-anonymity": 1.0, "k-anonymity.classes": float(classes), "k-anonymity.holds": 1.0,
           "k-anonymity.k": 1.0, "k-anonymity.violating_classes": 0.0}
@@ -719,13 +737,13 @@ def test_verify_applies_the_evaluate_steps_thresholds_to_the_published_files(cli
 
 
 @pytest.mark.parametrize("entry", ["report.html", "manifest.sig", "manifest.json", "unlisted", "fifo", "folder"])
-def test_verify_opens_only_regular_files_of_a_release(cli, project, tmp_path, entry, monkeypatch):
+def test_verify_opens_only_regular_files_of_a_release(cli, project, made, made_signed, tmp_path, entry, monkeypatch):
     from anonflow_std.publishing import verify as verify_mod
 
     if entry == "manifest.sig":
-        rel, _ = signed_release(cli, project)
+        rel, _ = signed_copy(made_signed, project)
     else:
-        rel = released(cli, project)
+        rel = copy_release(made, project)
     outside = tmp_path / "outside.txt"
     outside.write_text("not the release's\n")
     expect: str
@@ -775,8 +793,8 @@ TERM_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_a_verify_ended_by_sigterm_removes_its_scratch_folder(cli, project, tmp_path):
-    rel = released(cli, project)
+def test_a_verify_ended_by_sigterm_removes_its_scratch_folder(cli, project, made, tmp_path):
+    rel = copy_release(made, project)
     scratch, flag = tmp_path / "scratch", tmp_path / "running"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}
@@ -871,9 +889,8 @@ def _rewrite(rel: Path, stem: str, edit) -> None:
 
 
 @pytest.mark.parametrize("count", [2 ** 31, 2 ** 62, -1, "shifted"])
-def test_verify_refuses_forged_sa_counts_before_expanding_them(cli, tmp_path, count):
-    wf = formula_project(tmp_path)
-    run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "o")
+def test_verify_refuses_forged_sa_counts_before_expanding_them(cli, made_formulas, tmp_path, count):
+    copy_into(made_formulas, tmp_path)      # formula_project(tmp_path), run (store s.duckdb, --out-dir o)
     rel = tmp_path / "o" / "release"
 
     def edit(sa):
@@ -896,9 +913,8 @@ def test_verify_refuses_forged_sa_counts_before_expanding_them(cli, tmp_path, co
 
 
 @pytest.mark.parametrize("case", ["table-extra", "table-missing", "qi-extra", "sa-extra"])
-def test_verify_refuses_published_columns_other_than_the_typings(cli, tmp_path, case):
-    wf = formula_project(tmp_path)
-    run_json(cli, wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "o")
+def test_verify_refuses_published_columns_other_than_the_typings(cli, made_formulas, tmp_path, case):
+    copy_into(made_formulas, tmp_path)      # formula_project(tmp_path), run (store s.duckdb, --out-dir o)
     rel = tmp_path / "o" / ("flat" if case.startswith("table") else "release")
     stem = {"table": "published", "qi": "published-qi", "sa": "published-sa"}[case.split("-")[0]]
     assert verify(cli, rel)[0] == 0
@@ -916,8 +932,8 @@ def test_verify_refuses_published_columns_other_than_the_typings(cli, tmp_path, 
                and want in f for f in bad), bad
 
 
-def test_verify_refuses_a_file_listed_twice(cli, project):
-    rel = released(cli, project)
+def test_verify_refuses_a_file_listed_twice(cli, project, made):
+    rel = copy_release(made, project)
     forge(rel, lambda m: m["files"].append(dict(m["files"][0])))
     code, result = verify(cli, rel)
     assert code == 1
@@ -951,9 +967,9 @@ def copies(rel: Path, names) -> dict[str, Path]:
     return out
 
 
-def test_verify_checks_the_workflow_text_against_its_sha256(cli, project):
+def test_verify_checks_the_workflow_text_against_its_sha256(cli, project, made):
     """The recorded workflow text edited and every digest recomputed but workflow.sha256's."""
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     forge(rel, lambda m: m["workflow"].__setitem__("text", m["workflow"]["text"].replace("{k: 5}", "{k: 2}")),
           workflow_sha256=False)
     code, result = verify(cli, rel)
@@ -972,9 +988,9 @@ EDITS = {
 }
 
 
-def test_verify_names_a_manifest_field_added_or_removed(cli, project):
+def test_verify_names_a_manifest_field_added_or_removed(cli, project, made):
     """Digests left as recorded: the field digests name what was added or removed."""
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     for field, folder in copies(rel, EDITS).items():
         edit, how = EDITS[field]
         path = folder / "manifest.json"
@@ -999,8 +1015,8 @@ SCHEMA_EDITS = {
 }
 
 
-def test_verify_names_a_field_the_manifest_schema_does_not_have_or_lacks(cli, project):
-    rel = released(cli, project)
+def test_verify_names_a_field_the_manifest_schema_does_not_have_or_lacks(cli, project, made):
+    rel = copy_release(made, project)
     for field, folder in copies(rel, SCHEMA_EDITS).items():
         edit, how = SCHEMA_EDITS[field]
         forge(folder, edit)
@@ -1011,11 +1027,11 @@ def test_verify_names_a_field_the_manifest_schema_does_not_have_or_lacks(cli, pr
                    for f in bad), (field, bad)
 
 
-def test_verify_checks_the_whole_manifest_digest(cli, project):
+def test_verify_checks_the_whole_manifest_digest(cli, project, made):
     """Each field's digest recomputed, the whole manifest's not."""
     from anonflow_std.publishing.manifest import integrity, manifest_bytes
 
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     path = rel / "manifest.json"
     m = json.loads(path.read_text())
     m["seed"] += 1
@@ -1026,9 +1042,9 @@ def test_verify_checks_the_whole_manifest_digest(cli, project):
     assert failures(result) == ["manifest: digest of the whole manifest does not match integrity.manifest"]
 
 
-def test_verify_names_every_unlisted_file_whatever_its_kind(cli, project):
+def test_verify_names_every_unlisted_file_whatever_its_kind(cli, project, made):
     """Another data file, report or manifest beside the listed ones (the same bytes as a listed file)."""
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     added = {"published-2.parquet": "published.parquet", "published-2.csv": "published.csv",
              "index.html": "report.html", "manifest.json.bak": "manifest.json", ".published.csv": "published.csv"}
     for name, like in added.items():
@@ -1038,8 +1054,8 @@ def test_verify_names_every_unlisted_file_whatever_its_kind(cli, project):
     assert sorted(failures(result)) == sorted(f"file {name}: is not listed in the manifest" for name in added)
 
 
-def test_verify_compares_each_files_rows_with_the_manifest(cli, project):
-    rel = released(cli, project)
+def test_verify_compares_each_files_rows_with_the_manifest(cli, project, made):
+    rel = copy_release(made, project)
 
     def edit(m):
         for f in m["files"]:
@@ -1097,11 +1113,11 @@ def test_a_release_whose_checks_do_not_hold_on_its_files_is_refused(cli, project
     assert not (project / "out" / "release").exists()
 
 
-def test_a_signature_by_a_key_the_manifest_does_not_record_fails(cli, project):
+def test_a_signature_by_a_key_the_manifest_does_not_record_fails(cli, project, made_signed):
     """The manifest's key fingerprint forged and the manifest re-signed by the same key."""
     from cryptography.hazmat.primitives import serialization
 
-    rel, pub = signed_release(cli, project)
+    rel, pub = signed_copy(made_signed, project)
     forge(rel, lambda m: m["signature"].__setitem__("public_key_sha256", "0" * 64))
     key = serialization.load_pem_private_key((project / "keys" / "release.key").read_bytes(), password=None)
     (rel / "manifest.sig").write_bytes(base64.b64encode(key.sign((rel / "manifest.json").read_bytes())) + b"\n")
@@ -1147,8 +1163,8 @@ def test_a_threshold_that_cannot_be_compared_is_a_miss_not_a_crash(cli, project)
         failures(result)
 
 
-def test_a_published_file_that_hashes_right_but_cannot_be_read_fails(cli, project):
-    rel = released(cli, project)
+def test_a_published_file_that_hashes_right_but_cannot_be_read_fails(cli, project, made):
+    rel = copy_release(made, project)
     name = next(p.name for p in rel.iterdir() if p.suffix == ".parquet")
     (rel / name).write_bytes(b"PAR1 not a parquet file PAR1")
     forge(rel, lambda m: None)  # every digest recomputed: only reading the file can tell
@@ -1159,8 +1175,8 @@ def test_a_published_file_that_hashes_right_but_cannot_be_read_fails(cli, projec
     assert "Traceback" not in json.dumps(result)
 
 
-def test_a_lossy_join_check_recorded_in_a_table_release_is_named_with_its_index(cli, project):
-    rel = released(cli, project)
+def test_a_lossy_join_check_recorded_in_a_table_release_is_named_with_its_index(cli, project, made):
+    rel = copy_release(made, project)
 
     def edit(m):
         m["checks"].append({"check": "lossy-join-k", "params": {}, "result": {}, "recheck": True, "holds": None})
@@ -1173,8 +1189,8 @@ def test_a_lossy_join_check_recorded_in_a_table_release_is_named_with_its_index(
         in failures(result), failures(result)
 
 
-def test_a_metric_verdict_recorded_the_wrong_way_round_is_named(cli, project):
-    rel = released(cli, project)
+def test_a_metric_verdict_recorded_the_wrong_way_round_is_named(cli, project, made):
+    rel = copy_release(made, project)
     flipped = {}
 
     def edit(m):

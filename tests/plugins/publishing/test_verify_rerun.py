@@ -22,11 +22,21 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from tests.plugins.publishing.made_release import copy_release, make_release
 from tests.support.helpers import census_workflow
 from tests.plugins.publishing.test_release import RELEASE, failures, run_json, verify
 from tests.plugins.publishing.test_release_trust import _spy_runs, forge, sha
 
 CENSUS = "data/sdcmicro/CASCrefmicrodata.csv"
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    """A project folder in which ``census_workflow`` with ``RELEASE`` was run (--out-dir out),
+    made once per module; a test whose release records its source relative to the workflow's
+    folder takes ``copy_release(made, project)``, the same release in its own project folder
+    (a release naming its source by absolute path is made in place: it records that path)."""
+    return make_release(tmp_path_factory, RELEASE)
 
 
 def shown(result: dict, what: str) -> list[str]:
@@ -109,15 +119,14 @@ def test_an_absolute_source_that_changed_is_refused_without_printing_its_digest(
 
 
 @pytest.mark.parametrize("case", ["secret", "proc", "sources-dir"])
-def test_a_hostile_absolute_source_path_reads_nothing_it_may_not(cli, project, tmp_path, scratch_root, monkeypatch,
-                                                                case):
+def test_a_hostile_absolute_source_path_reads_nothing_it_may_not(cli, project, made, tmp_path, scratch_root,
+                                                                monkeypatch, case):
     """A forged manifest naming someone's file by absolute path: without --sources the file is
     at most hashed (never copied, used or its digest shown, unless it is the recorded one); under
     /proc, /sys or /dev never opened; with --sources DIR the recorded path is never opened."""
     from anonflow_std.publishing import release_files as files_mod
 
-    rel = project / "out" / "release"
-    run_json(cli, census_workflow(project, extra=RELEASE), "--db", project / "s.duckdb", "--out-dir", project / "out")
+    rel = copy_release(made, project)
     secret = tmp_path / "private" / "census.csv"
     secret.parent.mkdir()
     secret.write_bytes(b"the custodian's own secret\n")
@@ -170,9 +179,8 @@ def test_a_source_above_the_workflow_folder_reruns_with_sources_dir_by_its_file_
     assert code == 0, failures(result)
 
 
-def test_sources_dir_also_finds_a_relative_source_by_its_file_name(cli, project, tmp_path, scratch_root):
-    wf = census_workflow(project, extra=RELEASE)
-    run_json(cli, wf, "--db", project / "s.duckdb", "--out-dir", project / "out")
+def test_sources_dir_also_finds_a_relative_source_by_its_file_name(cli, project, made, tmp_path, scratch_root):
+    copy_release(made, project)
     flat = tmp_path / "flat"
     flat.mkdir()
     shutil.copy(project / CENSUS, flat / "CASCrefmicrodata.csv")
@@ -200,9 +208,6 @@ def test_recorded_files_accepts_only_sources_outside_the_workflow_folder():
 # -- B. a re-run by another anonflow or plugin version -------------------------------------------
 
 
-def released(cli, project: Path) -> Path:
-    run_json(cli, census_workflow(project, extra=RELEASE), "--db", project / "s.duckdb", "--out-dir", project / "out")
-    return project / "out" / "release"
 
 
 def older_code(m: dict) -> None:
@@ -216,8 +221,8 @@ def older_code(m: dict) -> None:
     m["release"]["fingerprint"] = "d" * 64
 
 
-def test_same_tables_with_other_versions_and_code_pass_with_a_distinct_verdict(cli, project, scratch_root):
-    rel = released(cli, project)
+def test_same_tables_with_other_versions_and_code_pass_with_a_distinct_verdict(cli, project, made, scratch_root):
+    rel = copy_release(made, project)
     forge(rel, older_code)
     res = cli("verify", rel, "--rerun")
     assert res.exit_code == 0, res.output
@@ -235,8 +240,8 @@ def test_same_tables_with_other_versions_and_code_pass_with_a_distinct_verdict(c
     assert result["rerun"]["code"] == ["the code of 1 plugin(s) of anonflow (algorithm:mdav)"]
 
 
-def test_an_old_manifest_without_code_digests_is_compared_as_other_code(cli, project, scratch_root):
-    rel = released(cli, project)
+def test_an_old_manifest_without_code_digests_is_compared_as_other_code(cli, project, made, scratch_root):
+    rel = copy_release(made, project)
     forge(rel, lambda m: m["versions"].pop("code"))
     code, result = verify(cli, rel, "--rerun")
     assert code == 0, failures(result)
@@ -246,8 +251,8 @@ def test_an_old_manifest_without_code_digests_is_compared_as_other_code(cli, pro
                                                     "compared with the release's")
 
 
-def test_with_the_same_versions_and_code_a_fingerprint_difference_still_fails(cli, project, scratch_root):
-    rel = released(cli, project)
+def test_with_the_same_versions_and_code_a_fingerprint_difference_still_fails(cli, project, made, scratch_root):
+    rel = copy_release(made, project)
     forge(rel, lambda m: m["steps"][2].__setitem__("fingerprint", "c" * 64))
     code, result = verify(cli, rel, "--rerun")
     assert code == 1 and result["rerun"]["verdict"] == "different"
@@ -255,10 +260,10 @@ def test_with_the_same_versions_and_code_a_fingerprint_difference_still_fails(cl
         failures(result)
 
 
-def test_other_code_does_not_excuse_a_data_difference(cli, project, scratch_root):
+def test_other_code_does_not_excuse_a_data_difference(cli, project, made, scratch_root):
     """A forger who edits the versions cannot pass a forged metric value: with other code only
     the versions and fingerprints are expected to differ."""
-    rel = released(cli, project)
+    rel = copy_release(made, project)
 
     def edit(m):
         older_code(m)
@@ -293,9 +298,9 @@ def _rewrite_published(monkeypatch, how: str) -> None:
 
 
 @pytest.mark.parametrize("versions", ["same", "other"])
-def test_a_rerun_publishing_other_records_fails_naming_the_file_and_the_records(cli, project, scratch_root,
+def test_a_rerun_publishing_other_records_fails_naming_the_file_and_the_records(cli, project, made, scratch_root,
                                                                                monkeypatch, versions):
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     if versions == "other":
         forge(rel, older_code)
     classes = pq.read_table(rel / "published.parquet", columns=["_class"])["_class"]
@@ -312,10 +317,10 @@ def test_a_rerun_publishing_other_records_fails_naming_the_file_and_the_records(
 
 
 @pytest.mark.parametrize("versions", ["same", "other"])
-def test_the_same_records_in_another_order(cli, project, scratch_root, monkeypatch, versions):
+def test_the_same_records_in_another_order(cli, project, made, scratch_root, monkeypatch, versions):
     """The same table (a multiset of records) in another order: with other code the same
     published table (said); with the same code the bytes must be the same."""
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     if versions == "other":
         forge(rel, older_code)
     _rewrite_published(monkeypatch, "order")
@@ -372,10 +377,10 @@ def test_version_changes_name_packages_plugins_and_code():
         "the manifest records no code digests")
 
 
-def test_an_old_manifest_without_fitted_values_passes_a_rerun_by_newer_code(cli, project, scratch_root):
+def test_an_old_manifest_without_fitted_values_passes_a_rerun_by_newer_code(cli, project, made, scratch_root):
     """A release written before anonflow recorded what an algorithm fitted (``steps[i].fitted``,
     read by ``anonflow apply``): a re-run by newer code adds it, shown as expected."""
-    rel = released(cli, project)
+    rel = copy_release(made, project)
     assert sorted(json.loads((rel / "manifest.json").read_text())["steps"][2]["fitted"]) == ["standardization"]
 
     def older(m):
@@ -391,8 +396,8 @@ def test_an_old_manifest_without_fitted_values_passes_a_rerun_by_newer_code(cli,
         "anonflow recorded it, does not: expected with newer code, not a data difference"]
 
 
-def test_with_the_same_code_a_missing_fitted_value_fails(cli, project, scratch_root):
-    rel = released(cli, project)
+def test_with_the_same_code_a_missing_fitted_value_fails(cli, project, made, scratch_root):
+    rel = copy_release(made, project)
     forge(rel, lambda m: m["steps"][2].pop("fitted"))
     code, result = verify(cli, rel, "--rerun")
     assert code == 1 and result["rerun"]["verdict"] == "different"
