@@ -279,14 +279,46 @@ def test_a_killed_run_is_reported_interrupted_not_running(cli, project):
     assert statuses == ["interrupted", "succeeded"]
 
 
-@pytest.fixture
-def recorded(cli, project):
+def _record(cli, project: Path) -> tuple[Path, str]:
     db = project / "s.duckdb"
     res = cli("run", census_workflow(project), "--db", db, "--json")
     assert res.exit_code == 0
     import json
 
     return db, json.loads(res.output)["run_id"]
+
+
+@pytest.fixture(scope="module")
+def recorded_once(tmp_path_factory):
+    """A project folder (the Census data) with one run of census_workflow() in s.duckdb, made
+    once: ``recorded`` copies it for each test."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from anonflow.cli import main
+    from tests.support.helpers import DATA
+
+    folder = tmp_path_factory.mktemp("recorded")
+    (folder / "data" / "sdcmicro").mkdir(parents=True)
+    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", folder / "data" / "sdcmicro")
+
+    def cli(*args):
+        return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+    return folder, _record(cli, folder)
+
+
+@pytest.fixture
+def recorded(project, recorded_once):
+    """A store holding one run of census_workflow() (a copy of ``recorded_once``'s, in the
+    test's project folder): (store, run id). For a test that needs nothing of the run's own
+    paths (the store names the files of the folder it ran in)."""
+    import shutil
+
+    folder, (db, run_id) = recorded_once
+    shutil.copytree(folder, project, dirs_exist_ok=True)
+    return project / db.name, run_id
 
 
 def _damage(db: Path, how: str) -> Path:
@@ -480,8 +512,8 @@ def test_a_duckdb_source_cannot_read_other_files_through_a_view(cli, tmp_path):
     assert res.exit_code == 2 and "disabled by configuration" in res.output, res.output
 
 
-def test_report_never_writes_over_the_runs_inputs_and_asks_before_overwriting(cli, project, recorded):
-    db, run_id = recorded
+def test_report_never_writes_over_the_runs_inputs_and_asks_before_overwriting(cli, project):
+    db, run_id = _record(cli, project)   # a run of its own: the store names this folder's files
     source = project / "data" / "sdcmicro" / "CASCrefmicrodata.csv"
     before = _sha(source)
     for target in (source, project / "wf.yaml", db):

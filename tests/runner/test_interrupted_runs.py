@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
 from tests.support.helpers import write
 
@@ -65,6 +66,14 @@ def env(tmp: Path, marks: Path | None, seconds: float, publish_seconds: float = 
 def anonflow(*args, tmp: Path, marks: Path | None = None, seconds: float = 0.0) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "anonflow", *map(str, args)], env=env(tmp, marks, seconds),
                           capture_output=True, text=True, timeout=300)
+
+
+def show_runs(*args) -> Result:
+    """``anonflow runs ARGS`` in this process (a read-only look at the store; the runs and the
+    opens for writing that clean up stay real ``anonflow`` processes)."""
+    from anonflow.cli import main
+
+    return CliRunner().invoke(main, ["runs", *map(str, args)], catch_exceptions=False)
 
 
 def start(*args, tmp: Path, marks: Path, seconds: float = 120.0, publish_seconds: float = 0.0) -> subprocess.Popen:
@@ -127,7 +136,7 @@ def test_a_signal_mid_step_ends_the_workers_and_leaves_nothing(tmp_path, executo
     assert gone(workers), [p for p in workers if alive(p)]
     assert leftovers(out, tmp_path) == []
     # the store says it was interrupted and that nothing was left to clean
-    shown = anonflow("runs", "--db", db, "--json", tmp=tmp_path)
+    shown = show_runs("--db", db, "--json")
     (run,) = json.loads(shown.stdout)
     assert run["status"] == "failed" and run["error"] == "interrupted" and run["cleaned"] == []
 
@@ -158,17 +167,17 @@ def test_what_a_killed_run_left_is_cleaned_by_the_next_run_and_runs_says_so(tmp_
     left = leftovers(out, tmp_path)
     assert any(".anonflow-work-slow-" in p for p in left) and any(".anonflow-journal-" in p for p in left), left
     # before anything opens the store for writing, 'runs' shows the run as interrupted
-    (run,) = json.loads(anonflow("runs", "--db", db, "--json", tmp=tmp_path).stdout)
+    (run,) = json.loads(show_runs("--db", db, "--json").stdout)
     assert run["status"] == "interrupted" and run["cleaned"] is None
     # the next run with this store (publishing elsewhere) cleans up after it
     again = anonflow("run", wf, "--db", db, "--out-dir", tmp_path / "elsewhere", tmp=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert leftovers(out, tmp_path, tmp_path / "elsewhere") == []
-    shown = anonflow("runs", "--db", db, tmp=tmp_path).stdout
+    shown = show_runs("--db", db).stdout
     line = next(x for x in shown.splitlines() if x.startswith(run["run_id"]))
     assert "interrupted" in line and "cleaned up after it: " in line, line
     assert "removed the work folder" in line and "removed the DuckDB spill folder" in line, line
-    detail = anonflow("runs", run["run_id"], "--db", db, tmp=tmp_path).stdout
+    detail = show_runs(run["run_id"], "--db", db).stdout
     assert "cleaned up after it: removed the work folder" in detail
 
 
@@ -186,7 +195,7 @@ def test_another_store_publishing_into_the_folder_cleans_up_too(tmp_path):
     assert leftovers(out, tmp_path) == []
     # the first store, opened again, says who cleaned up
     anonflow("run", wf, "--db", tmp_path / "a.duckdb", "--out-dir", tmp_path / "o2", tmp=tmp_path)
-    runs = json.loads(anonflow("runs", "--db", tmp_path / "a.duckdb", "--json", tmp=tmp_path).stdout)
+    runs = json.loads(show_runs("--db", tmp_path / "a.duckdb", "--json").stdout)
     killed = next(r for r in runs if r["status"] == "interrupted")
     assert "journal" in killed["cleaned"][0] and "was gone" in killed["cleaned"][0]
 
@@ -210,7 +219,7 @@ def test_a_run_killed_while_publishing_gets_the_earlier_output_put_back(tmp_path
     assert leftovers(out, tmp_path) == []
     after = os.stat(out / "slow.csv")
     assert (after.st_ino, after.st_mode, after.st_mtime_ns) == (before.st_ino, before.st_mode, before.st_mtime_ns)
-    runs = json.loads(anonflow("runs", "--db", db, "--json", tmp=tmp_path).stdout)
+    runs = json.loads(show_runs("--db", db, "--json").stdout)
     killed = next(r for r in runs if r["status"] == "interrupted")
     assert any(line.startswith("put back the earlier output") and line.endswith("slow.csv")
                for line in killed["cleaned"]), killed["cleaned"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import textwrap
 import warnings
@@ -94,6 +95,33 @@ def run(cli, wf: Path, db: Path, *args: str) -> dict:
     return json.loads(res.output)
 
 
+@pytest.fixture(scope="module")
+def ran_once(tmp_path_factory):
+    """``workflow()`` run once into a store (the same run many tests begin with): a folder
+    that :func:`ran` copies for each test."""
+    from click.testing import CliRunner
+
+    from anonflow.cli import main
+
+    def cli(*args):
+        return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+    folder = tmp_path_factory.mktemp("ran-once")
+    result = run(cli, workflow(folder), folder / "s.duckdb")
+    assert not list(folder.glob("s.duckdb.wal"))
+    return folder, result
+
+
+def ran(ran_once, folder: Path, db: str = "s.duckdb") -> tuple[Path, Path, dict]:
+    """A copy in ``folder`` of the workflow, its source and the store ``workflow()`` left
+    after one run (the store as ``db``): (workflow, store, the run's JSON)."""
+    template, result = ran_once
+    shutil.copytree(template, folder, dirs_exist_ok=True)
+    (folder / db).parent.mkdir(parents=True, exist_ok=True)
+    os.replace(folder / "s.duckdb", folder / db)
+    return folder / "wf.yaml", folder / db, result
+
+
 # -- permissions --------------------------------------------------------------------------------
 
 def test_store_its_log_and_spill_folder_are_owner_only_and_the_umask_comes_back(tmp_path, umask022):
@@ -138,9 +166,8 @@ def test_published_modes_follow_the_users_umask(cli, tmp_path):
     assert mode(tmp_path / "out" / "release" / "published.csv") == 0o664
 
 
-def test_a_store_open_to_others_is_named_with_the_fix(cli, tmp_path):
-    db = tmp_path / "s.duckdb"
-    run(cli, workflow(tmp_path), db)
+def test_a_store_open_to_others_is_named_with_the_fix(cli, tmp_path, ran_once):
+    _, db, _ = ran(ran_once, tmp_path)
     os.chmod(db, 0o644)
     res = cli("runs", "--db", db)
     assert res.exit_code == 0
@@ -205,9 +232,8 @@ def test_the_rewritten_store_keeps_every_held_table_byte_for_byte(cli, tmp_path)
         assert store.con.execute("SELECT count(*) FROM af_step_runs").fetchone()[0] == 10
 
 
-def test_reading_a_purged_table_says_so_in_one_line(cli, tmp_path):
-    wf, db = workflow(tmp_path), tmp_path / "s.duckdb"
-    run(cli, wf, db)
+def test_reading_a_purged_table_says_so_in_one_line(cli, tmp_path, ran_once):
+    wf, db, _ = ran(ran_once, tmp_path)
     assert cli("purge", "--db", db, "--all").exit_code == 0
     res = cli("hierarchy", "show", "typed", "--db", db)
     assert res.exit_code == 1
@@ -221,9 +247,9 @@ def test_reading_a_purged_table_says_so_in_one_line(cli, tmp_path):
     assert result.table("grouped").num_rows == N
 
 
-def test_the_report_of_a_purged_run_leaves_out_what_needs_the_original(cli, tmp_path):
-    wf, db = workflow(tmp_path), tmp_path / "s.duckdb"
-    rid = run(cli, wf, db)["run_id"]
+def test_the_report_of_a_purged_run_leaves_out_what_needs_the_original(cli, tmp_path, ran_once):
+    wf, db, result = ran(ran_once, tmp_path)
+    rid = result["run_id"]
     assert cli("purge", "--db", db, "--all").exit_code == 0
     res = cli("report", rid, "--db", db, "-o", tmp_path / "again.html")
     assert res.exit_code == 0, res.output
@@ -231,9 +257,8 @@ def test_the_report_of_a_purged_run_leaves_out_what_needs_the_original(cli, tmp_
     assert "was purged from the store" in page and "Class-size distribution" in page
 
 
-def test_purge_dry_run_changes_nothing(cli, tmp_path):
-    wf, db = workflow(tmp_path), tmp_path / "s.duckdb"
-    run(cli, wf, db)
+def test_purge_dry_run_changes_nothing(cli, tmp_path, ran_once):
+    wf, db, _ = ran(ran_once, tmp_path)
     before = db.read_bytes()
     res = cli("purge", "--db", db, "--all", "--dry-run", "--json")
     assert res.exit_code == 0
@@ -241,9 +266,8 @@ def test_purge_dry_run_changes_nothing(cli, tmp_path):
     assert db.read_bytes() == before
 
 
-def test_purge_keep_none_removes_the_published_tables_too(cli, tmp_path):
-    wf, db = workflow(tmp_path), tmp_path / "s.duckdb"
-    run(cli, wf, db)
+def test_purge_keep_none_removes_the_published_tables_too(cli, tmp_path, ran_once):
+    wf, db, _ = ran(ran_once, tmp_path)
     res = cli("purge", "--db", db, "--all", "--keep", "none", "--json")
     assert res.exit_code == 0, res.output
     assert len(json.loads(res.output)["tables"]) == 3
@@ -256,9 +280,8 @@ def test_purge_keep_none_removes_the_published_tables_too(cli, tmp_path):
     (("--older-than", "soon"), "expected a number and a unit"),
     (("--run", "nosuchrun"), "no run 'nosuchrun'"),
 ])
-def test_purge_refuses_an_unclear_selection_in_one_line(cli, tmp_path, args, message):
-    wf, db = workflow(tmp_path), tmp_path / "s.duckdb"
-    run(cli, wf, db)
+def test_purge_refuses_an_unclear_selection_in_one_line(cli, tmp_path, ran_once, args, message):
+    wf, db, _ = ran(ran_once, tmp_path)
     res = cli("purge", "--db", db, *args)
     assert res.exit_code in (1, 2) and message in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1
@@ -381,11 +404,9 @@ def test_a_copy_left_by_a_purge_that_died_is_removed_when_the_store_is_next_open
     assert not any(p.exists() for p in left) and other.exists()
 
 
-def test_purge_through_a_linked_store_rewrites_the_file_it_names(cli, tmp_path):
-    (tmp_path / "real").mkdir()
-    target, link = tmp_path / "real" / "s.duckdb", tmp_path / "link.duckdb"
-    wf = workflow(tmp_path)
-    run(cli, wf, target)
+def test_purge_through_a_linked_store_rewrites_the_file_it_names(cli, tmp_path, ran_once):
+    _, target, _ = ran(ran_once, tmp_path, "real/s.duckdb")
+    link = tmp_path / "link.duckdb"
     link.symlink_to(target)
     assert cli("purge", "--db", link, "--all").exit_code == 0
     assert link.is_symlink() and originals_in(target) == set()
@@ -393,11 +414,11 @@ def test_purge_through_a_linked_store_rewrites_the_file_it_names(cli, tmp_path):
     assert not list((tmp_path / "real").glob(".s.duckdb.purge-*")) and not list(tmp_path.glob(".link*"))
 
 
-def test_purge_from_the_python_api(cli, tmp_path):
+def test_purge_from_the_python_api(cli, tmp_path, ran_once):
     import anonflow
 
-    wf, db = workflow(tmp_path), tmp_path / "s.duckdb"
-    rid = run(cli, wf, db)["run_id"]
+    wf, db, result = ran(ran_once, tmp_path)
+    rid = result["run_id"]
     assert anonflow.purge(db, older_than="1d")["runs"] == []
     aged = anonflow.purge(db, older_than=timedelta(0))  # every run started before now
     assert aged["runs"] == [rid] and len(aged["tables"]) == 2 and aged["bytes_after"] > 0
