@@ -47,6 +47,7 @@ How a value is found (:func:`scan`)
 from __future__ import annotations
 
 import csv
+import functools
 import html
 import io
 import json
@@ -160,6 +161,7 @@ def _norm(tok: bytes) -> bytes | None:
     return m.group(1) if m else tok
 
 
+@functools.lru_cache(maxsize=1 << 19)  # the same values are scanned for in every file of a release
 def _value_tokens(value: str) -> tuple[bytes, ...]:
     return tuple(n for t in TOKEN.findall(value.encode()) if (n := _norm(t)) is not None)
 
@@ -179,7 +181,8 @@ def _chunks(data: bytes, size: int | None = None) -> Iterator[bytes]:
         start = end
 
 
-def token_set(data: bytes) -> set[bytes]:
+@functools.lru_cache(maxsize=4)  # a release's tables and metadata are scanned for several value sets
+def token_set(data: bytes) -> frozenset[bytes]:
     """Every token of ``data`` as compared (a negative number also without its sign)."""
     raw: set[bytes] = set()
     for chunk in _chunks(data):
@@ -191,14 +194,18 @@ def token_set(data: bytes) -> set[bytes]:
             out.add(n)
             if n[:1] == b"-":
                 out.add(n[1:])
-    return out
+    return frozenset(out)
 
 
-def _token_lists(data: bytes) -> Iterator[list[bytes]]:
+@functools.lru_cache(maxsize=4)
+def _token_lists(data: bytes) -> tuple[list[bytes], ...]:
+    """``data``'s token stream (:data:`SEQ_TOKEN`), one list per chunk; read, never changed."""
+    lists = []
     for chunk in _chunks(data):
         raw = SEQ_TOKEN.findall(chunk)
         norm = {t: _norm(t) for t in set(raw)}
-        yield [n for t in raw if (n := norm[t]) is not None]
+        lists.append([n for t in raw if (n := norm[t]) is not None])
+    return tuple(lists)
 
 
 def _exact_in(data: bytes, value: bytes) -> bool:
