@@ -107,6 +107,7 @@ class Oracle:
         self.index = {node: i for i, node in enumerate(self.nodes)}
         self._classes: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._scores: dict = {}
+        self._sensitive: tuple[np.ndarray, int] | None = None
 
     def classes(self, node: tuple) -> tuple[np.ndarray, np.ndarray]:
         """Each record's class and each class's size at ``node``."""
@@ -119,18 +120,26 @@ class Oracle:
             self._classes[node] = (inverse.ravel(), sizes)
         return self._classes[node]
 
+    def sensitive_codes(self) -> tuple[np.ndarray, int]:
+        """Each record's sensitive value as an int, and how many values there are (the same
+        for every node: computed once)."""
+        if self._sensitive is None:
+            s = self.table.typing.sensitive[0]
+            values = [_text(v) for v in self.table.data.column(s).to_pylist()]
+            ids: dict[str, int] = {}
+            code = np.array([ids.setdefault(v, len(ids)) for v in values], dtype=np.int64)
+            self._sensitive = (code, len(ids))
+        return self._sensitive
+
     def failing(self, node: tuple, model: str, mparams: dict) -> np.ndarray:
         """Records in classes that fail the model at ``node``."""
         inverse, sizes = self.classes(node)
         if model == "k-anonymity":
             return sizes[inverse] < mparams["k"]
         if model == "l-diversity":
-            s = self.table.typing.sensitive[0]
-            values = [_text(v) for v in self.table.data.column(s).to_pylist()]
-            ids: dict[str, int] = {}
-            code = np.array([ids.setdefault(v, len(ids)) for v in values], dtype=np.int64)
-            pairs = np.unique(inverse * len(ids) + code)
-            distinct = np.bincount(pairs // len(ids), minlength=len(sizes))
+            code, m = self.sensitive_codes()
+            pairs = np.unique(inverse * m + code)
+            distinct = np.bincount(pairs // m, minlength=len(sizes))
             return distinct[inverse] < mparams["l"]
         raise AssertionError(f"the oracle has no check for {model!r}")
 
