@@ -715,13 +715,11 @@ def test_plan_reports_bad_hierarchies_before_anything_runs(cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_arx_adult_k5_workflow(cli, tmp_path):
+def test_arx_adult_k5_workflow(tmp_path_factory):
     """ARX's Adult, its 8 QIs and hierarchies, k = 5, no suppression (6,480 nodes)."""
-    from tests.support.helpers import WORKFLOWS
+    from tests.support.shipped import shipped_run
 
-    res = cli("run", WORKFLOWS / "arx-adult-k5.yaml", "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path, "--json")
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    out = shipped_run("arx-adult-k5", tmp_path_factory)
     assert out["metrics"]["scores.k-anonymity.holds"] == 1.0
     notes = " ".join(next(s for s in out["steps"] if s["step"] == "anon")["notes"])
     assert "6480 nodes" in notes and "0 record(s) suppressed" in notes

@@ -429,16 +429,12 @@ def test_average_risk_suppression_never_grows_along_generalization():
 
 
 def _published(tmp_path_factory, workflow):
-    from click.testing import CliRunner
-
-    from anonflow.cli import main
+    """The published CSV of a shipped workflow, from its one run in this session."""
+    from tests.support.shipped import shipped_run
 
     pd = pytest.importorskip("pandas")
-    out = tmp_path_factory.mktemp(workflow)
-    result = CliRunner().invoke(main, ["run", str(ROOT / "workflows" / f"{workflow}.yaml"), "--db",
-                                       str(out / "store.duckdb"), "--out-dir", str(out / "out")])
-    assert result.exit_code == 0, result.output
-    return pd.read_csv(next((out / "out").glob("*.csv")), dtype=str, keep_default_na=False)
+    out = shipped_run(workflow, tmp_path_factory)["dir"]
+    return pd.read_csv(next(out.glob("*.csv")), dtype=str, keep_default_na=False)
 
 
 @pytest.fixture(scope="module")
