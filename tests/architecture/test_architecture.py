@@ -9,6 +9,7 @@ file names).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import Counter
 from pathlib import Path
@@ -55,7 +56,15 @@ def _target(name: str) -> str | None:
     return name or None
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every check that reads it."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
 def _imports() -> list[Import]:
+    """Every import of the engine and the plugins (computed when a test first asks)."""
     found = []
     for module, path in MODULES.items():
         text = path.read_text(encoding="utf-8")
@@ -81,18 +90,16 @@ def _imports() -> list[Import]:
                         found.append(Import(module, target, child.lineno, inner, comment))
                 visit(child, inner, guarded)
 
-        visit(ast.parse(text), False, False)
+        visit(_parsed(path), False, False)
     return found
 
 
-IMPORTS = _imports()
-
-
+@functools.cache
 def _defined(path: Path) -> set[str]:
     """The names a module binds at its top level, and those its ``__all__`` lists (a package
     may provide names lazily, as ``anonflow`` does)."""
     names: set[str] = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in _parsed(path).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -116,7 +123,7 @@ def _missing() -> list[str]:
     readers = [*MODULES.items(), *((f"tests:{p.relative_to(tests)}", p) for p in sorted(tests.rglob("*.py")))]
     for module, path in readers:
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parsed(path)):
             if not isinstance(node, ast.ImportFrom) or (node.level and module.startswith("tests:")):
                 continue
             base = node.module or ""
@@ -142,7 +149,7 @@ def test_every_import_of_the_project_names_what_exists():
 
 
 def test_no_import_cycles_counting_imports_inside_functions():
-    graph = nx.DiGraph((i.source, i.target) for i in IMPORTS)
+    graph = nx.DiGraph((i.source, i.target) for i in _imports())
     # a package's __init__ re-exporting its own modules is not a cycle of concerns
     graph.remove_edges_from([(a, b) for a, b in list(graph.edges) if b.startswith(a + ".")])
     cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
@@ -150,20 +157,20 @@ def test_no_import_cycles_counting_imports_inside_functions():
 
 
 def test_deferred_imports_are_few_and_each_says_why():
-    deferred = [i for i in IMPORTS if i.deferred]
+    deferred = [i for i in _imports() if i.deferred]
     assert len({(i.source, i.line) for i in deferred}) <= MAX_DEFERRED, deferred
     unexplained = [i for i in deferred if "# deferred:" not in i.comment]
     assert unexplained == []
 
 
 def test_first_party_plugins_import_only_the_plugin_api():
-    internal = [i for i in IMPORTS if i.source.startswith("anonflow_std") and not i.target.startswith("anonflow_std")
+    internal = [i for i in _imports() if i.source.startswith("anonflow_std") and not i.target.startswith("anonflow_std")
                 and i.target not in PLUGIN_API]
     assert internal == []
 
 
 def test_the_engine_never_imports_the_plugins():
-    assert [i for i in IMPORTS if i.source.startswith("anonflow.") and i.target.startswith("anonflow_std")] == []
+    assert [i for i in _imports() if i.source.startswith("anonflow.") and i.target.startswith("anonflow_std")] == []
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
