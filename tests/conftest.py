@@ -1,15 +1,13 @@
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from anonflow import registry as plugins
 from tests.support import data
-from tests.support.helpers import DATA
+from tests.support.helpers import DATA, census_project, cli_invoker
 
 
 @pytest.fixture(autouse=True)
@@ -28,21 +26,12 @@ def data_dir() -> Path:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A scratch folder with a copy of the Census data at data/sdcmicro/."""
-    (tmp_path / "data" / "sdcmicro").mkdir(parents=True)
-    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", tmp_path / "data" / "sdcmicro")
-    return tmp_path
+    return census_project(tmp_path)
 
 
 @pytest.fixture
 def cli():
-    runner = CliRunner()
-
-    def invoke(*args: str, **kwargs):
-        from anonflow.cli import main
-
-        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
-
-    return invoke
+    return cli_invoker()
 
 
 @pytest.fixture

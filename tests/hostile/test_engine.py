@@ -292,21 +292,10 @@ def _record(cli, project: Path) -> tuple[Path, str]:
 def recorded_once(tmp_path_factory):
     """A project folder (the Census data) with one run of census_workflow() in s.duckdb, made
     once: ``recorded`` copies it for each test."""
-    import shutil
+    from tests.support.helpers import census_project, cli_invoker
 
-    from click.testing import CliRunner
-
-    from anonflow.cli import main
-    from tests.support.helpers import DATA
-
-    folder = tmp_path_factory.mktemp("recorded")
-    (folder / "data" / "sdcmicro").mkdir(parents=True)
-    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", folder / "data" / "sdcmicro")
-
-    def cli(*args):
-        return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-    return folder, _record(cli, folder)
+    folder = census_project(tmp_path_factory.mktemp("recorded"))
+    return folder, _record(cli_invoker(), folder)
 
 
 @pytest.fixture

@@ -99,15 +99,10 @@ def run(cli, wf: Path, db: Path, *args: str) -> dict:
 def ran_once(tmp_path_factory):
     """``workflow()`` run once into a store (the same run many tests begin with): a folder
     that :func:`ran` copies for each test."""
-    from click.testing import CliRunner
-
-    from anonflow.cli import main
-
-    def cli(*args):
-        return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    from tests.support.helpers import cli_invoker
 
     folder = tmp_path_factory.mktemp("ran-once")
-    result = run(cli, workflow(folder), folder / "s.duckdb")
+    result = run(cli_invoker(), workflow(folder), folder / "s.duckdb")
     assert not list(folder.glob("s.duckdb.wal"))
     return folder, result
 

@@ -26,6 +26,29 @@ def install_site(package: Path, target: Path) -> Path:
     return target
 
 
+def cli_invoker():
+    """anonflow's CLI run in process (click's ``CliRunner``, exceptions not caught): the ``cli``
+    fixture's function, also for a module-scoped fixture (which cannot take ``cli``)."""
+    from click.testing import CliRunner
+
+    from anonflow.cli import main
+
+    runner = CliRunner()
+
+    def invoke(*args, **kwargs):
+        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
+
+    return invoke
+
+
+def census_project(folder: Path) -> Path:
+    """``folder`` with a copy of the Census data at data/sdcmicro/ (where :func:`census_workflow`
+    reads it)."""
+    (folder / "data" / "sdcmicro").mkdir(parents=True)
+    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", folder / "data" / "sdcmicro")
+    return folder
+
+
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text).lstrip())

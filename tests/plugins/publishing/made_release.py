@@ -14,31 +14,15 @@ import json
 import shutil
 from pathlib import Path
 
-from tests.support.helpers import DATA, census_workflow
-
-
-def module_cli():
-    """The ``cli`` fixture's invoke, for a module-scoped fixture (which cannot take ``cli``)."""
-    from click.testing import CliRunner
-
-    from anonflow.cli import main
-
-    runner = CliRunner()
-
-    def cli(*args):
-        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-    return cli
+from tests.support.helpers import census_project, census_workflow, cli_invoker
 
 
 def make_release(tmp_path_factory, extra: str, *, out_dir: bool = True, key: bool = False) -> Path:
     """A project folder (Census data at data/sdcmicro/) in which ``census_workflow`` with the
     steps ``extra`` was run (store s.duckdb; ``--out-dir out`` unless ``out_dir`` is false);
     with ``key``, keys/release.key (and .pub) made by ``anonflow keygen`` before the run."""
-    folder = tmp_path_factory.mktemp("made-release")
-    (folder / "data" / "sdcmicro").mkdir(parents=True)
-    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", folder / "data" / "sdcmicro")
-    cli = module_cli()
+    folder = census_project(tmp_path_factory.mktemp("made-release"))
+    cli = cli_invoker()
     if key:
         (folder / "keys").mkdir()
         res = cli("keygen", folder / "keys" / "release.key")

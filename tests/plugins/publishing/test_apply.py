@@ -20,7 +20,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from tests.plugins.publishing.adult_release import HIERARCHIES
-from tests.support.helpers import CENSUS_QI, DATA, WORKFLOWS
+from tests.support.helpers import CENSUS_QI, DATA, WORKFLOWS, census_project
 
 
 def _k(table, quasi) -> int:
@@ -181,10 +181,10 @@ def _census_release(cli, folder: Path, every: int = 10) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def census_made(tmp_path_factory) -> Path:
     """The folder ``_census_release`` fills, made once per module; each test copies it."""
-    from tests.plugins.publishing.made_release import module_cli
+    from tests.support.helpers import cli_invoker
 
     folder = tmp_path_factory.mktemp("census-made") / "w"
-    _census_release(module_cli(), folder)
+    _census_release(cli_invoker(), folder)
     return folder
 
 
@@ -253,8 +253,7 @@ def test_mdav_assigns_each_new_record_its_nearest_published_centroid(cli, census
 def test_a_partitioned_mdav_run_records_the_whole_tables_standardization(cli, tmp_path):
     """Every fragment group z-scores by the whole table's means and deviations (the
     fragments' domain): they record it alike, so the step records it once."""
-    (tmp_path / "data" / "sdcmicro").mkdir(parents=True)
-    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", tmp_path / "data" / "sdcmicro")
+    census_project(tmp_path)
     text = (WORKFLOWS / "census-mdav.yaml").read_text()
     text = text.replace("  grouped:\n    uses: mdav\n    input: typed\n",
                         "  parts: {uses: partition, input: typed, with: {max_records: 300}}\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helpers import CENSUS_QI, DATA, census_workflow
+from tests.support.helpers import CENSUS_QI, DATA, census_project, census_workflow, cli_invoker
 from tests.plugins.publishing.test_release import RELEASE, failures, run_json, verify
 from tests.plugins.publishing.test_release_trust import SIGNED, forge, keygen
 
@@ -32,19 +32,9 @@ def _batch(project: Path, rows: int = 300) -> Path:
 def _made(tmp_path_factory, extra: str) -> Path:
     """A project folder (Census data, keys/release.key) in which a Census MDAV release (k = 5)
     with the publish step ``extra`` was made: made once per module, copied by each test."""
-    from click.testing import CliRunner
-
-    from anonflow.cli import main
-
-    folder = tmp_path_factory.mktemp("made")
-    (folder / "data" / "sdcmicro").mkdir(parents=True)
-    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", folder / "data" / "sdcmicro")
+    folder = census_project(tmp_path_factory.mktemp("made"))
     (folder / "keys").mkdir()
-    runner = CliRunner()
-
-    def cli(*args):
-        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
-
+    cli = cli_invoker()
     keygen(cli, folder / "keys" / "release.key")
     run_json(cli, census_workflow(folder, extra=extra), "--db", folder / "s.duckdb", "--out-dir", folder / "out")
     _batch(folder)
@@ -197,14 +187,10 @@ NO_EVALUATE = """\
 @pytest.fixture(scope="module")
 def plain_made(tmp_path_factory) -> Path:
     """A project folder in which ``NO_EVALUATE`` was run (--out-dir out), made once per module."""
-    from tests.plugins.publishing.made_release import module_cli
-
-    folder = tmp_path_factory.mktemp("plain-made")
-    (folder / "data" / "sdcmicro").mkdir(parents=True)
-    shutil.copy(DATA / "sdcmicro" / "CASCrefmicrodata.csv", folder / "data" / "sdcmicro")
+    folder = census_project(tmp_path_factory.mktemp("plain-made"))
     wf = folder / "wf.yaml"
     wf.write_text(textwrap.dedent(NO_EVALUATE).replace("QUASI", ", ".join(CENSUS_QI)))
-    run_json(module_cli(), wf, "--db", folder / "s.duckdb", "--out-dir", folder / "out")
+    run_json(cli_invoker(), wf, "--db", folder / "s.duckdb", "--out-dir", folder / "out")
     return folder
 
 

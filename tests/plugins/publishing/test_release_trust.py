@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.plugins.publishing.made_release import copy_into, copy_release, make_release, module_cli
-from tests.support.helpers import census_workflow, write
+from tests.plugins.publishing.made_release import copy_into, copy_release, make_release
+from tests.support.helpers import census_workflow, cli_invoker, write
 from tests.plugins.publishing.test_release import RELEASE, _workflow_copy, failures, run_json, verify
 
 def sha(data: bytes) -> str:
@@ -418,7 +418,7 @@ def made_formulas(tmp_path_factory) -> Path:
     ``copy_into(made_formulas, tmp_path)``, the same folder in its own tmp_path."""
     folder = tmp_path_factory.mktemp("made-formulas")
     wf = formula_project(folder)
-    run_json(module_cli(), wf, "--db", folder / "s.duckdb", "--out-dir", folder / "o")
+    run_json(cli_invoker(), wf, "--db", folder / "s.duckdb", "--out-dir", folder / "o")
     return folder
 
 
