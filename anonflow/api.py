@@ -173,6 +173,26 @@ class Algorithm(Plugin):
         """
         return {}
 
+    #: what :meth:`perturbs` may say a column underwent: ``randomize`` (values replaced at random
+    #: by others of the domain: PRAM), ``noise`` (numbers moved by random amounts), ``swap`` (values
+    #: exchanged between records: rank swapping, shuffling) and ``recode`` (values mapped by a
+    #: fixed rule: top/bottom coding, global recoding)
+    PERTURBATION_KINDS: ClassVar[tuple[str, ...]] = ("randomize", "noise", "swap", "recode")
+
+    def perturbs(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """What a perturbative algorithm changes, for these parameters: ``{column: {"kind": k,
+        ...}}`` with ``k`` one of :attr:`PERTURBATION_KINDS` and the rest the parameters that are
+        its guarantee, stated exactly (PRAM's retention probability, noise's relative standard
+        deviation, rank swapping's p %): e.g. ``{"income": {"kind": "noise", "method":
+        "additive", "relative_sd": 0.1}}``. JSON data only.
+
+        An algorithm that changes values instead of coarsening them makes no class-based claim
+        it cannot back (its records are classes of one); this declaration is what it promises.
+        The engine records it in the step's summary (``perturbs``), ``anonflow runs`` prints it
+        and the ``release`` publisher states every such step of the released table's lineage in
+        the manifest (``release.perturbations``) and the report. Default: changes nothing."""
+        return {}
+
     #: whether the algorithm may run once per fragment of a partitioned table (its output on
     #: each group of fragments, merged, is an output it could give): true for clustering and
     #: microaggregation; false for a search whose promise is global (the lattice's optimal

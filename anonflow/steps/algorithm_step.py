@@ -10,6 +10,7 @@ executor, which the run loop hands over (:attr:`anonflow.steps.step.StepRun.frag
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Callable
 
@@ -18,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..api import StepContext, suppression_limit
-from ..errors import PluginError, RunError, WorkflowError
+from ..canonjson import canonical_json
+from ..errors import InputError, PluginError, RunError, WorkflowError
 from ..params import ParamError, validate_params
 from ..schema import CLASS, FRAGMENT, ROW
 from ..store import ident
@@ -72,6 +74,9 @@ class AlgorithmStep(Step):
         run.keep(typed)
         algo = node.plugin.obj
         out = StepOutput()
+        perturbs = declared_perturbations(node, table, where)
+        if perturbs:
+            out.summary.update(perturbs=perturbs)
         if algo.suppresses or suppressed is not None:
             # the step's recorded summary: suppressed records and the cap, in records
             n_in = table.num_rows
@@ -87,6 +92,39 @@ class AlgorithmStep(Step):
             out.edges += [(p, art.table) for p in run.parents]
             run.store.view(f"{run.view}.suppressed", art.table)
         return out
+
+
+def declared_perturbations(node: Any, table: TypedTable, where: str) -> dict[str, dict[str, Any]]:
+    """What the algorithm says it changed (:meth:`anonflow.api.Algorithm.perturbs`), checked:
+    a mapping of the input's columns to JSON mappings whose ``kind`` is one of
+    :attr:`~anonflow.api.Algorithm.PERTURBATION_KINDS`; sorted by column."""
+    algo = node.plugin.obj
+    who = f"algorithm {node.uses!r} ({node.plugin.distribution} {node.version})"
+    try:
+        declared = algo.perturbs(node.params)
+    except (InputError, ParamError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug is reported as the plugin's, in one line
+        raise PluginError(f"{who}: perturbs() failed: {type(exc).__name__}: {exc}", where=where) from None
+    if not declared:
+        return {}
+    if not isinstance(declared, dict):
+        raise PluginError(f"{who}: perturbs() returned {type(declared).__name__}, expected a mapping of column -> "
+                          "declaration", where=where)
+    kinds = type(algo).PERTURBATION_KINDS
+    out: dict[str, dict[str, Any]] = {}
+    for column in sorted(declared, key=str):
+        what = declared[column]
+        if not isinstance(column, str) or column not in table.columns or column in (ROW, CLASS, FRAGMENT):
+            raise PluginError(f"{who}: perturbs() names {column!r}, which is not a column of its input", where=where)
+        if not isinstance(what, dict) or what.get("kind") not in kinds:
+            raise PluginError(f"{who}: perturbs() must give column {column!r} a mapping with 'kind' one of "
+                              f"{', '.join(kinds)}; got {what!r}", where=where)
+        try:
+            out[column] = json.loads(canonical_json(what, strict=True))
+        except (TypeError, ValueError) as exc:
+            raise PluginError(f"{who}: perturbs() for column {column!r} is not JSON data: {exc}", where=where) from None
+    return out
 
 
 def run_algorithm(node: Any, table: TypedTable, ctx: StepContext, where: str, *, store: Any, registry: Any,

@@ -2,7 +2,7 @@
 
 Registered through the ``anonflow`` entry-point group exactly like a third party's plugin
 (see ``pyproject.toml``); the engine never imports this package. The plugins are arranged in
-subpackages by family (``microaggregation``, ``clustering``, ``generalization``, ``privacy``,
+subpackages by family (``microaggregation``, ``clustering``, ``generalization``, ``perturbation``, ``privacy``,
 ``risk``, ``utility``, ``publishing``), which import each other only through ``common``: the
 helpers and algorithm kernels several families share. Every module under this package that defines ``PLUGINS`` (a list of plugin
 objects) is registered: :func:`modules` finds them, in module-name order, so a new module
