@@ -409,3 +409,46 @@ def declared_sources(text: str) -> dict[str, str]:
         if isinstance(file, str) and file and "\0" not in file:
             out[str(name)] = file if os.path.isabs(file) else file.replace(os.sep, "/")
     return out
+
+
+def perturbations(steps: Any, released: str | None) -> list[dict[str, Any]]:
+    """The perturbations behind the table step ``released`` made: every algorithm step of its
+    lineage (all inputs, walked up to the sources) that declared what it changed
+    (:meth:`anonflow.api.Algorithm.perturbs`), in run order, each ``{"step", "uses",
+    "plugin_version", "columns": {column: declaration}}``.
+
+    ``steps`` are step records: a run's (the declaration in ``summary.perturbs``) or a
+    manifest's (``perturbs``); anything malformed in a manifest is skipped here (its
+    digests say whether it was altered)."""
+    if not isinstance(steps, list):
+        return []
+    by_name = {s.get("step"): s for s in steps if isinstance(s, Mapping) and isinstance(s.get("step"), str)}
+    seen: set[str] = set()
+    todo = [released] if isinstance(released, str) else []
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        todo += [i.get("name") for i in by_name[name].get("inputs") or [] if isinstance(i, Mapping)]
+    out = []
+    for s in steps:
+        if not isinstance(s, Mapping) or s.get("step") not in seen or s.get("kind") != "algorithm":
+            continue
+        summary = s.get("summary") if isinstance(s.get("summary"), Mapping) else {}
+        declared = s.get("perturbs", summary.get("perturbs"))
+        if isinstance(declared, Mapping) and declared:
+            out.append({"step": s["step"], "uses": s.get("uses"), "plugin_version": s.get("plugin_version"),
+                        "columns": dict(declared)})
+    return out
+
+
+def perturbation_text(columns: Mapping[str, Any]) -> str:
+    """One line for a step's declaration: ``column: kind (key value, ...); ...``."""
+    parts = []
+    for column, what in columns.items():
+        what = what if isinstance(what, Mapping) else {}
+        rest = ", ".join(f"{k} {v if isinstance(v, str) else canonical_json(v)}" for k, v in what.items()
+                         if k != "kind")
+        parts.append(f"{column}: {what.get('kind')}" + (f" ({rest})" if rest else ""))
+    return "; ".join(parts)

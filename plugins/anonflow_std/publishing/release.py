@@ -307,6 +307,8 @@ class Release(Publisher):
             rec["suppression_limit"] = summary.get("suppression_limit")
         if s["kind"] == "algorithm" and summary.get("fitted"):  # what it fitted, for anonflow apply
             rec["fitted"] = summary["fitted"]
+        if s["kind"] == "algorithm" and summary.get("perturbs"):  # what it changed and its guarantee
+            rec["perturbs"] = summary["perturbs"]
         if s["kind"] == "publish":
             rec["files"] = [{"path": o["path"] if "://" in o["path"] else  # a database's table: its URL
                              os.path.relpath(o["path"], release_dir).replace(os.sep, "/"),

@@ -33,7 +33,7 @@ from .. import __version__
 from ..common.wildcard import compatible_counts_query, pattern_sql
 from .checks import clean_number, planned_checks, run_check, scratch_context
 from .lossy_join import K_MEANING, k_figures
-from .manifest import public_overrides
+from .manifest import perturbation_text, perturbations, public_overrides
 from .report_plots import class_size_plot, lineage_graph, lineage_plot, loss_plot, risk_plot, sweep_plot
 
 #: the rule that picks the runs of a parameter sweep (also shown on the page and in docs/releases.md)
@@ -580,9 +580,17 @@ def render(info: RunInfo, registry: Any) -> str:
                 f"holds <strong>{_num(ks['qi_table_k'])}</strong> record(s), the QI table's k as an attacker sees it; "
                 f"{_num(ks['qi_table_unique_records'])} record(s) have a unique QI tuple.</p>"
                 f'<p class="note">{_e(K_MEANING)}.</p>')
+    perturbed = perturbations(info.steps, released["step"] if released else None)
+    ptext = ""
+    if perturbed:
+        ptext = ('<p id="perturbations"><strong>Values changed by perturbation.</strong> Each step below changed the '
+                 "values of its columns at random or by rule; what it guarantees is its parameters, as declared "
+                 "(no class-based claim: its records are classes of one):</p><ul>"
+                 + "".join(f"<li><code>{_e(p['step'])}</code> ({_e(p['uses'])} {_e(p['plugin_version'])}): "
+                           f"{_e(perturbation_text(p['columns']))}</li>" for p in perturbed) + "</ul>")
     parts.append('<section id="privacy"><h2>Privacy guarantees</h2>'
                  + (f"<p>Claimed by the algorithm: {claim_text}.</p>" if claims else
-                    "<p>The published step claims no privacy model.</p>") + kfig
+                    "<p>The published step claims no privacy model.</p>") + ptext + kfig
                  + (_table(["check", "parameters", "checked by", "result", "holds"], rows) if rows else
                     "<p>No privacy check applies to the published table.</p>")
                  + '<p class="note">A release re-runs these checks on its published files; '

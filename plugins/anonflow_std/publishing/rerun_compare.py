@@ -35,6 +35,9 @@ STEP_FILE_SHA = re.compile(r"^steps\[\d+\]\.files\[\d+\]\.sha256$")
 #: what an algorithm step fitted (``steps[i].fitted``): a release written before anonflow
 #: recorded it has none, which a re-run with newer code adds (expected, not a data difference)
 STEP_FITTED = re.compile(r"^steps\[\d+\]\.fitted$")
+#: what an algorithm step declared it changed (``steps[i].perturbs``): likewise, a plugin whose
+#: newer code declares it (Algorithm.perturbs) adds it in a re-run of an older release
+STEP_PERTURBS = re.compile(r"^steps\[\d+\]\.perturbs$")
 #: the report's lineage plot (it draws every file and table the run wrote, those of a step not
 #: replayed included)
 LINEAGE_PLOT = re.compile(r'(<section id="lineage"><h2>Lineage</h2>(?:<div\b[^>]*>)?)<svg\b.*?</svg>', re.S)
@@ -220,6 +223,7 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
                       {k: v for k, v in again.items() if k not in skip})
     expected: list[str] = []        # fields that differ because the code does
     newly_fitted: list[str] = []    # steps[i].fitted the release (older code) does not record
+    newly_declared: list[str] = []  # steps[i].perturbs likewise
     data_diffs = 0
     for path, a, b in diffs:
         step_files = STEP_FILES.match(path)
@@ -239,6 +243,9 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
         if code_differs and STEP_FITTED.match(path) and a == "<absent>":
             newly_fitted.append(path)
             continue
+        if code_differs and STEP_PERTURBS.match(path) and a == "<absent>":
+            newly_declared.append(path)
+            continue
         f.add(False, f"manifest field {path}", f"recorded {show_value(a)}, re-run gives {show_value(b)}")
         data_diffs += 1
     if expected:
@@ -254,6 +261,11 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
                                             f"({', '.join(p.removesuffix('.fitted') for p in newly_fitted)}.fitted), "
                                             "which the release, written before anonflow recorded it, does not: "
                                             "expected with newer code, not a data difference", show=True)
+
+    if newly_declared:
+        f.add(True, "re-run perturbation declarations", f"the re-run records what {len(newly_declared)} algorithm "
+              f"step(s) declare they changed ({', '.join(newly_declared)}), which the release, written by older "
+              "code, does not: expected with newer code, not a data difference", show=True)
 
     signed = manifest.get("signature") is not None or again.get("signature") is not None
     entries = {e.get("path"): e for e in manifest.get("files") or [] if isinstance(e, Mapping)}

@@ -32,7 +32,8 @@ from .audit import verify_checks, verify_columns, verify_schema
 from .checks import verdict
 from .findings import Findings, short
 from .manifest import (MANIFEST, PLAIN_NAME, SCHEMA_VERSION, SIGNATURE, csv_difference, declared_sources, field_digests,
-                       file_rows, json_digest, load_manifest, not_regular, read_parquet, regular_sha256, relative_inside)
+                       file_rows, json_digest, load_manifest, not_regular, perturbation_text, perturbations,
+                       read_parquet, regular_sha256, relative_inside)
 from .release_files import recorded_files, sources_base
 # the names the re-run's body uses (:func:`_rerun_confined`)
 from .release_files import Refused as _Refused
@@ -99,6 +100,10 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
     if not verify_schema(manifest, f):  # a field missing, or a record that is not one: nothing more to read
         return {"release": str(release), "ok": False, "signature": None, "findings": f.items}
     signature = check_signature(release, manifest, public_key, key, f)
+    released = manifest["release"].get("input")
+    for p in perturbations(manifest.get("steps"), released.get("step") if isinstance(released, dict) else None):
+        f.add(True, f"perturbation by step {p['step']}", f"{p['uses']} {p['plugin_version']} changed "
+              + perturbation_text(p["columns"]) + " (its declared guarantee; not re-checked on the files)", show=True)
     wf = manifest["workflow"]
     text_hash = hashlib.sha256(str(wf.get("text", "")).encode()).hexdigest()
     f.add(text_hash == wf.get("sha256"), "manifest field workflow.text",
