@@ -292,6 +292,8 @@ class Runner(FragmentRunning):
                                      "notes": (rec.get("summary") or {}).get("notes", [])})
                 if (rec.get("summary") or {}).get("suppressed") is not None:
                     result.steps[-1]["suppressed"] = rec["summary"]["suppressed"]
+                if (rec.get("summary") or {}).get("perturbs"):  # what a perturbation changed (Algorithm.perturbs)
+                    result.steps[-1]["perturbs"] = rec["summary"]["perturbs"]
             guard.commit()  # a database publisher's transaction commits here (it may fail the run)
             finished = True
         except BaseException as exc:

@@ -74,6 +74,9 @@ def test_the_declaration_is_recorded_and_runs_prints_it(cli, project):
         noised: {uses: test.jitter, input: typed, with: {column: AGI, sd: 0.25}}
         """, "--json")
     assert res.exit_code == 0, res.output
+    steps = {s["step"]: s for s in json.loads(res.output)["steps"]}
+    assert steps["noised"]["perturbs"] == {"AGI": {"kind": "noise", "method": "test-additive", "relative_sd": 0.25}}
+    assert "perturbs" not in steps["grouped"]
     run_id = json.loads(res.output)["run_id"]
     shown = cli("runs", run_id, "--db", project / "s.duckdb")
     assert shown.exit_code == 0, shown.output
@@ -127,6 +130,18 @@ def test_a_release_states_every_perturbation_of_its_lineage_and_only_those(cli, 
     again = cli("verify", release, "--rerun", "--db", project / "rerun.duckdb", "--json")
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["rerun"]["verdict"] == "identical"
+
+
+def test_the_python_api_reports_the_declaration(project):
+    import anonflow
+
+    use(Provider(algorithms=[Jitter()]))
+    wf = anonflow.load(census_workflow(project, extra="""
+        noised: {uses: test.jitter, input: typed, with: {column: FICA, sd: 0.5}}
+        """))
+    with wf.run() as result:
+        steps = {s["step"]: s for s in result.steps}
+    assert steps["noised"]["perturbs"] == {"FICA": {"kind": "noise", "method": "test-additive", "relative_sd": 0.5}}
 
 
 def test_a_release_without_perturbation_says_nothing_of_it(cli, project):
