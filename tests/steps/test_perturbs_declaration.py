@@ -126,6 +126,12 @@ def test_a_release_states_every_perturbation_of_its_lineage_and_only_those(cli, 
                          "detail": "test.jitter 1 changed AGI: noise (method test-additive, relative_sd 0.25) (its "
                                    "declared guarantee; not re-checked on the files)"}]
 
+    # apply cannot redo a perturbation on new data (it is not a preparation step): one line
+    refused = cli("apply", release, project / "data" / "sdcmicro" / "CASCrefmicrodata.csv", "-o", project / "batch")
+    assert refused.exit_code == 2, refused.output
+    assert "made by step 'noised' (test.jitter), which is not a preparation step" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and not (project / "batch").exists()
+
     # the seeded perturbation is reproduced byte for byte by a re-run
     again = cli("verify", release, "--rerun", "--db", project / "rerun.duckdb", "--json")
     assert again.exit_code == 0, again.output
