@@ -106,12 +106,15 @@ def link_credits(Zo: np.ndarray, Zm: np.ndarray) -> np.ndarray:
         tied[more] += counts[idx[more, 1]]
         pending = np.flatnonzero(more)
         while pending.size and k < u:
-            # the records whose k nearest distinct points all tie: ask for twice as many
-            prev, k = k, min(2 * k, u)
+            # the records whose k nearest distinct points all tie: ask for twice as many and count
+            # afresh (points at equal distance come back in any order, so a wider query's first k
+            # need not be the narrower one's); once the last one returned does not tie, every
+            # tying point is among those returned
+            k = min(2 * k, u)
             dist_p, idx_p = tree.query(Zm[pending], k=k)
-            extra = (dist_p[:, prev:] <= bound[pending, None])
-            tied[pending] += (counts[idx_p[:, prev:]] * extra).sum(axis=1)
-            pending = pending[extra[:, -1]]
+            within = dist_p <= bound[pending, None]
+            tied[pending] = (counts[idx_p] * within).sum(axis=1)
+            pending = pending[within[:, -1]]
     credit = np.zeros(n, dtype=np.float64)
     credit[hit] = 1.0 / tied[hit]
     return credit

@@ -11,6 +11,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from anonflow.api import InputError
 from anonflow.params import validate_params
@@ -172,6 +174,16 @@ def test_equals_brute_force_on_tie_heavy_integer_data():
     expected = brute_force(Zo, Zm)
     assert len(set(np.round(expected, 9))) > 5  # really many different tie sizes
     np.testing.assert_allclose(link_credits(Zo, Zm), expected, rtol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 3), st.integers(0, 2**32 - 1))
+def test_equals_brute_force_on_random_small_grids(n, d, seed):
+    # few distinct values per column: duplicates and equidistant points in every shape
+    rng = np.random.default_rng(seed)
+    Zo = rng.integers(0, 3, size=(n, d)).astype(float)
+    Zm = Zo + rng.integers(-1, 2, size=Zo.shape) * rng.choice([0.5, 1.0])
+    np.testing.assert_allclose(link_credits(Zo, Zm), brute_force(Zo, Zm), rtol=1e-12)
 
 
 def test_agrees_with_the_recordlinkage_toolkit():
