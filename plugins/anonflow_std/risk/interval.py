@@ -80,7 +80,7 @@ def rmd_risk(Xo: np.ndarray, Xm: np.ndarray, k: float = 0.01, k2: float = 0.05,
                          "measure")
     singular = ("interval-disclosure-rmd: the robust (MCD) covariance of the original columns is singular (on "
                 "the half of the records it rests on, some column is constant or a combination of others: many "
-                "equal values, such as zeros); sdcMicro's dRiskRMD fails there too. Leave such columns out of "
+                "equal values, such as zeros), and R's mahalanobis() cannot invert it either. Leave such columns out of "
                 "columns:, or use interval-disclosure")
     try:
         with warnings.catch_warnings():
@@ -101,7 +101,10 @@ def rmd_risk(Xo: np.ndarray, Xm: np.ndarray, k: float = 0.01, k2: float = 0.05,
     unsafe2 = np.zeros(n, dtype=bool)
     w = np.flatnonzero(unsafe1)
     if w.size and n > 1:
-        dist, _ = cKDTree(Zm).query(Zm[w], k=2)
+        # a column constant in the released table (NaN after scaling) is the same for every record
+        # and adds nothing to a distance (R's dist() would scale the rest up by d / d_used)
+        Zd = np.nan_to_num(Zm, nan=0.0)
+        dist, _ = cKDTree(Zd).query(Zd[w], k=2)
         unsafe2[w[dist[:, 1] > k2]] = True  # the nearest *other* record (the first is itself, at 0)
     elif w.size:
         unsafe2[w] = True  # one record: no other is near (R: min over nothing is Inf > k2)

@@ -209,6 +209,18 @@ def test_dRiskRMD_on_census_is_singular_and_says_so_in_one_line():
     assert 0.0 <= r < 0.5
 
 
+def test_dRiskRMD_constant_released_column_is_left_out():
+    pytest.importorskip("sklearn")
+    X = correlated(200, 5)
+    Xm = X.copy()
+    Xm[:, 2] = 7.0  # released constant: its comparisons never hold, and it adds nothing to a distance
+    r = rmd_risk(X, Xm)
+    assert r["risk1"] == 1.0  # columns 0 and 1 are published unchanged: strictly inside
+    Z = (X[:, :2] - X[:, :2].mean(axis=0)) / X[:, :2].std(axis=0, ddof=1)
+    nearest_other = np.sort(np.sqrt(((Z[:, None] - Z[None]) ** 2).sum(axis=2)), axis=1)[:, 1]
+    assert r["risk2"] == np.mean(nearest_other > 0.05)
+
+
 def test_bad_inputs_give_one_line():
     t = typed_table({"a": [1.0, 2.0, 3.0], "s": ["x", "y", "z"]}, quasi={"a": "continuous", "s": "nominal"})
     for plugin in (IntervalDisclosure(), IntervalDisclosureRmd()):
