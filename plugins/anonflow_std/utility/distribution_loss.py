@@ -207,7 +207,8 @@ class Pmse(Metric):
               help="the logistic model's terms: linear (each predictor), squares (and the square of each numeric "
                    "one: a change of variance shows), quadratic (and the product of every two numeric ones: a "
                    "change of correlation shows)"),
-        Param("max_iter", "int", default=1000, min=1, help="iterations of the logistic regression solver (lbfgs)"),
+        Param("max_iter", "int", default=100, min=1,
+              help="iterations of the logistic regression's solver (Newton's method, newton-cholesky)"),
     )
 
     def check(self, params: Mapping[str, Any], **tables: Any) -> None:
@@ -240,9 +241,10 @@ class Pmse(Metric):
         if X.shape[1] == 0:
             p = np.full(N, c)  # the intercept alone predicts c for every record
         else:
-            # no penalty (C = inf): the null distribution of Snoke et al. is that of the maximum likelihood fit;
-            # lbfgs draws nothing at random, the seed is given for form's sake
-            model = LogisticRegression(C=np.inf, solver="lbfgs", max_iter=params["max_iter"],
+            # no penalty (C = inf): Snoke et al.'s null distribution is that of the maximum likelihood fit,
+            # which Newton's method (k x k systems, few iterations) finds to tol; it draws nothing at random,
+            # the seed is given for form's sake
+            model = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-8, max_iter=params["max_iter"],
                                        random_state=int(ctx.seed) % (2 ** 32))
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ConvergenceWarning)
