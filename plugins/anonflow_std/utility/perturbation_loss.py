@@ -34,11 +34,13 @@ BLOCK = 1 << 20
 
 
 def paired_values(original: TypedTable, released: TypedTable, params: Mapping[str, Any],
-                  metric: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """The compared columns and both tables' values as ``(n, d)`` float64 arrays (a missing
-    value is NaN); the tables must hold the same records in the same order."""
+                  metric: str) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
+    """The compared columns and both tables' values, one contiguous float64 array per column
+    (a missing value is NaN; one column at a time, never a strided ``n x d`` copy); the tables
+    must hold the same records in the same order."""
     cols = numeric_columns(original, released, params, metric, hint=HINT)
-    return cols, numeric_values(original, cols, metric), numeric_values(released, cols, metric)
+    return (cols, [numeric_values(original, [c], metric).reshape(-1) for c in cols],
+            [numeric_values(released, [c], metric).reshape(-1) for c in cols])
 
 
 def _known(x: np.ndarray) -> np.ndarray:
@@ -53,38 +55,39 @@ def sample_sd(x: np.ndarray) -> float:
     return float(np.std(x, ddof=1)) if x.size >= 2 else math.nan
 
 
-def il1s_terms(Xo: np.ndarray, Xr: np.ndarray, names: list[str], metric: str = "il1s") -> tuple[np.ndarray, int]:
+def il1s_terms(Xo: list[np.ndarray], Xr: list[np.ndarray], names: list[str],
+               metric: str = "il1s") -> tuple[np.ndarray, int]:
     """Per column j, ``sum_i |x_ij - x'_ij| / (sqrt(2) S_j)`` over the records where both values
     are known, with ``S_j`` the original's standard deviation (divisor n - 1, as R's ``sd``);
     and how many cells were skipped for a missing value."""
-    n, d = Xo.shape
-    sums = np.empty(d)
+    sums = np.empty(len(names))
     skipped = 0
-    for j in range(d):
-        s = sample_sd(Xo[:, j])
+    for j, (xo, xr) in enumerate(zip(Xo, Xr)):
+        s = sample_sd(xo)
         if not s > 0:
             raise InputError(f"{metric}: column {names[j]!r} is constant in the original (standard deviation "
                              f"{s:g}); IL1s scales each column by it: leave {names[j]!r} out of columns:")
-        diff = np.abs(Xo[:, j] - Xr[:, j])
+        diff = np.abs(xo - xr)
         known = _known(diff)
-        skipped += n - known.size
+        skipped += diff.size - known.size
         sums[j] = known.sum() / (math.sqrt(2.0) * s)
     return sums, skipped
 
 
-def covariance(X: np.ndarray) -> tuple[np.ndarray, int]:
-    """The sample covariance matrix (divisor n - 1) of the complete rows of ``X`` and their
-    number, centred block by block (no second ``n x d`` array)."""
-    complete = ~np.isnan(X).any(axis=1)
-    if not complete.all():
-        X = X[complete]
-    n, d = X.shape
+def covariance(columns: list[np.ndarray]) -> tuple[np.ndarray, int]:
+    """The sample covariance matrix (divisor n - 1) of the complete rows of the columns and
+    their number, accumulated block by block (``BLOCK`` rows of the ``n x d`` matrix at a time)."""
+    d = len(columns)
+    missing = np.logical_or.reduce([np.isnan(x) for x in columns])
+    if missing.any():
+        columns = [x[~missing] for x in columns]
+    n = columns[0].size if columns else 0
     if n < 2:
         return np.full((d, d), np.nan), n
-    mean = X.mean(axis=0)
+    mean = np.array([x.mean() for x in columns])
     gram = np.zeros((d, d))
     for start in range(0, n, BLOCK):
-        block = X[start:start + BLOCK] - mean
+        block = np.column_stack([x[start:start + BLOCK] for x in columns]) - mean
         gram += block.T @ block
     return gram / (n - 1), n
 
@@ -158,7 +161,7 @@ class Il1s(Metric):
                 ctx: StepContext) -> dict[str, float]:
         assert original is not None
         cols, Xo, Xr = paired_values(original, anonymized, params, self.name)
-        n = Xo.shape[0]
+        n = original.num_rows
         if n < 2:
             raise InputError(f"{self.name} needs at least two records (a standard deviation), got {n}")
         sums, skipped = il1s_terms(Xo, Xr, cols, self.name)
@@ -227,7 +230,7 @@ class MomentsChange(Metric):
         out: dict[str, float] = {}
         means, variances = [], []
         for j, c in enumerate(cols):
-            xo, xr = _known(Xo[:, j]), _known(Xr[:, j])
+            xo, xr = _known(Xo[j]), _known(Xr[j])
             if xo.size < 2 or xr.size < 2:
                 raise InputError(f"{self.name}: column {c!r} has fewer than two known values in one of the tables")
             m, mr = float(xo.mean()), float(xr.mean())
