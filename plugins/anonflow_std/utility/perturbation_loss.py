@@ -44,8 +44,10 @@ def paired_values(original: TypedTable, released: TypedTable, params: Mapping[st
 
 
 def _known(x: np.ndarray) -> np.ndarray:
-    nan = np.isnan(x)
-    return x[~nan] if nan.any() else x
+    """``x`` without its NaNs (``x`` itself when its sum is not NaN: no mask needed)."""
+    if not math.isnan(float(x.sum())):
+        return x
+    return x[~np.isnan(x)]
 
 
 def sample_sd(x: np.ndarray) -> float:
@@ -78,17 +80,20 @@ def covariance(columns: list[np.ndarray]) -> tuple[np.ndarray, int]:
     """The sample covariance matrix (divisor n - 1) of the complete rows of the columns and
     their number, accumulated block by block (``BLOCK`` rows of the ``n x d`` matrix at a time)."""
     d = len(columns)
-    missing = np.logical_or.reduce([np.isnan(x) for x in columns])
-    if missing.any():
+    if any(math.isnan(float(x.sum())) for x in columns):
+        missing = np.logical_or.reduce([np.isnan(x) for x in columns])
         columns = [x[~missing] for x in columns]
     n = columns[0].size if columns else 0
     if n < 2:
         return np.full((d, d), np.nan), n
     mean = np.array([x.mean() for x in columns])
     gram = np.zeros((d, d))
+    block = np.empty((min(n, BLOCK), d))
     for start in range(0, n, BLOCK):
-        block = np.column_stack([x[start:start + BLOCK] for x in columns]) - mean
-        gram += block.T @ block
+        rows = min(BLOCK, n - start)
+        for j, x in enumerate(columns):  # centred into the block's columns, no temporary
+            np.subtract(x[start:start + rows], mean[j], out=block[:rows, j])
+        gram += block[:rows].T @ block[:rows]
     return gram / (n - 1), n
 
 

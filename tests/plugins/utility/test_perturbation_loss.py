@@ -225,3 +225,19 @@ def test_census_with_ptotval_names_the_dependent_columns(census):
                        quasi={c: "continuous" for c in t.column_names})
     with pytest.raises(InputError, match="columns PTOTVAL, POTHVAL, PEARNVAL are linearly dependent"):
         compute(EigenUtility(), full, full)
+
+
+def test_covariance_blocks_and_complete_records(monkeypatch):
+    # accumulated over blocks of 3 rows, the covariance of 10 records is numpy's (ddof 1); a record
+    # with a missing value is left out of every entry (R's use = "complete.obs")
+    from anonflow_std.utility import perturbation_loss
+
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=10), rng.normal(size=10)
+    monkeypatch.setattr(perturbation_loss, "BLOCK", 3)
+    cov, n = perturbation_loss.covariance([x, y])
+    assert n == 10 and cov == pytest.approx(np.cov(x, y), rel=1e-12)
+    y[4] = math.nan
+    cov, n = perturbation_loss.covariance([x, y])
+    keep = np.arange(10) != 4
+    assert n == 9 and cov == pytest.approx(np.cov(x[keep], y[keep]), rel=1e-12)
