@@ -127,9 +127,9 @@ def main() -> None:
                                                            for a in xo + xr))
     timed("eigen-utility", metric(EigenUtility()))
     timed("correlation-change", metric(CorrelationChange()))
-    Xo, Xr = np.column_stack(xo), np.column_stack(xr)
-    timed("floor: numpy X.T @ X x 2 tables", lambda: float((Xo.T @ Xo).sum() + (Xr.T @ Xr).sum()))
-    del Xo, Xr
+    stacked = [np.column_stack(xo), np.column_stack(xr)]
+    timed("floor: numpy X.T @ X x 2 tables", lambda: float(sum((X.T @ X).sum() for X in stacked)))
+    stacked.clear()
 
     print(f"\nhellinger, {records:,} records, columns {', '.join(CATEGORICAL)} and their joint table")
     timed("hellinger", metric(Hellinger(), joint=list(CATEGORICAL)))

@@ -104,6 +104,8 @@ class Hellinger(Metric):
         assert original is not None
         cols = self._columns(original, params)
         joint = list(params["joint"] or [])
+        if not cols and not joint:
+            raise InputError(f"{self.name}: no columns to compare; name them with columns: or joint:")
         _present((original, anonymized), cols, self.name, "columns")
         _present((original, anonymized), joint, self.name, "joint")
         n_o, n_r = original.num_rows, anonymized.num_rows
@@ -227,8 +229,8 @@ class Pmse(Metric):
             raise InputError(ML_HINT) from None
         cols = list(params["columns"]) if params["columns"] is not None else original.typing.quasi
         if not cols:
-            raise InputError(f"{self.name} needs predictor columns: no quasi-identifier is typed; name them with "
-                             "columns:")
+            raise InputError(f"{self.name} needs predictor columns: name them with columns: (by default the "
+                             "quasi-identifiers, and none is typed)")
         _present((original, anonymized), cols, self.name, "columns")
         n0, n1 = original.num_rows, anonymized.num_rows
         if n0 == 0 or n1 == 0:

@@ -102,6 +102,10 @@ def test_bad_input_is_one_line():
     with pytest.raises(InputError, match="no attribute is typed nominal or ordinal"):
         compute(Hellinger(), typed_table({"x": [1.0]}, quasi={"x": "continuous"}),
                 typed_table({"x": [1.0]}, quasi={"x": "continuous"}))
+    with pytest.raises(InputError, match="hellinger: no columns to compare"):
+        compute(Hellinger(), t, t, columns=[])
+    with pytest.raises(InputError, match="pmse needs predictor columns"):
+        compute(Pmse(), t, t, columns=[])
     with pytest.raises(InputError, match=r"pmse: column 'zz' \(parameter 'columns'\)"):
         compute(Pmse(), t, t, columns=["zz"])
     with pytest.raises(Exception, match="model"):
@@ -270,3 +274,30 @@ def test_every_measure_from_a_workflow_on_census_microaggregated(cli, tmp_path):
     # every measure here are deterministic (the logistic regression's lbfgs draws nothing at random)
     assert runs[1] == runs[0]
     assert runs[2] == runs[0]
+
+
+def test_bad_measures_fail_in_one_line_through_the_cli(cli, tmp_path):
+    source = DATA / "sdcmicro" / "CASCrefmicrodata.csv"
+    base = textwrap.dedent(f"""\
+        name: bad-utility
+        sources:
+          census: {{path: {source}}}
+        steps:
+          typed:
+            uses: typing
+            input: census
+            with: {{quasi: [AGI, PTOTVAL, POTHVAL, PEARNVAL]}}
+          utility:
+            uses: evaluate
+            input: [typed, typed]
+            with: {{metrics: [METRIC]}}
+        """)
+    for metric, code, message in (
+            ("eigen-utility", 2, "columns PTOTVAL, POTHVAL, PEARNVAL are linearly dependent"),
+            ("{pmse: {model: cubic}}", 2, "model"),
+            ("{hellinger: {joint: [AGI, nope]}}", 2, "hellinger: column 'nope' (parameter 'joint') is not in")):
+        wf = tmp_path / "wf.yaml"
+        wf.write_text(base.replace("METRIC", metric))
+        res = cli("run", wf, "--db", tmp_path / "s.duckdb")
+        assert res.exit_code == code, res.output
+        assert message in res.output and res.output.strip().count("\n") == 0, res.output
