@@ -8,7 +8,9 @@ column's relative frequencies ``p`` over its ``L`` categories:
 1. ``P``: the diagonal ``d_i`` drawn uniformly in ``[pd, 1]`` per category (sdcMicro's
    ``runif(L, min = pd, max = 1)``; ``diagonal: fixed`` takes ``d_i = pd``), the rest of row ``i``
    spread evenly, ``(1 - d_i) / (L - 1)``;
-2. ``Q``, the inverse (Bayes) transition: ``Q[k, j] = P[j, k] p_j / sum_l p_l P[l, k]``;
+2. ``Q``, the inverse (Bayes) transition: ``Q[k, j] = P[j, k] p_j / sum_l p_l P[l, k]`` (sdcMicro
+   divides the counts by the sum of the factor's codes, not their number: a constant, which
+   cancels here);
 3. ``R = P Q``, which is invariant: ``p' R = p'`` (so the expected frequencies after PRAM equal
    the original's);
 4. ``Rs = alpha R + (1 - alpha) I``, still invariant, with more weight on keeping a value.
@@ -337,6 +339,8 @@ class Pram(Algorithm):
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
         columns, strata, links, given = self._resolve(params, table)
+        if not params.get("columns"):
+            ctx.note(f"pram: no 'columns' given: randomized the nominal quasi-identifiers {', '.join(columns)}")
         stratum, stratum_labels = _strata(table, strata)
         S = len(stratum_labels)
         n = table.num_rows

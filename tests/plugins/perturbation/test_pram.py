@@ -139,7 +139,7 @@ def test_mean_frequencies_over_200_seeds_equal_the_original(sample, invariant):
     original = sample.data.to_pandas()
     cats = {c: sorted(original[c].unique()) for c in COLUMNS}
     counts = {c: [] for c in COLUMNS}
-    for seed in range(200):
+    for seed in range(200 if invariant else 50):  # the drift without invariance shows in far fewer
         out, _ = run(sample, seed=seed, pd=0.6, invariant=invariant)
         df = out.data.select(COLUMNS).to_pandas()
         for c in COLUMNS:
