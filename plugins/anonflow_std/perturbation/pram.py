@@ -194,10 +194,10 @@ def declared(params: Mapping[str, Any], table: TypedTable | None = None) -> dict
 
 # -- the algorithm -------------------------------------------------------------------------------
 
-def _categories(table: TypedTable, column: str) -> tuple[pa.Array, np.ndarray]:
-    """The column's categories (sorted by their text; the typing's missing-value category and
-    nulls left out) and each record's code into them (-1: missing, kept as it is)."""
-    col = table.column(column)
+def _categories(table: TypedTable, col: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """The categories of the column ``col`` of ``table`` (sorted by their text; the typing's
+    missing-value category and nulls left out) and each record's code into them (-1: missing,
+    kept as it is)."""
     dictionary, indices = value_codes(col)
     keys = value_keys(dictionary)
     order = np.asarray(pc.array_sort_indices(keys).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -271,6 +271,9 @@ class Pram(Algorithm):
         Param("linked", "dict", default=None, nullable=True,
               help="column -> [columns] changed with it (sdcMicro's ghost variables): a changed record takes them "
                    "from an original record with its new category"),
+        Param("record_matrices", "bool", default=True,
+              help="record the realised matrices in the step's fitted (up to 50 categories); they reveal each "
+                   "stratum's category frequencies (its stationary distribution)"),
     )
 
     def perturbs(self, params: Mapping[str, Any], table: TypedTable | None = None) -> dict[str, dict[str, Any]]:
@@ -347,7 +350,9 @@ class Pram(Algorithm):
         new_columns: dict[str, pa.Array] = {}
         fitted: dict[str, Any] = {}
         for col in columns:
-            dictionary, codes = _categories(table, col)
+            original = table.column(col)
+            original = original.combine_chunks() if isinstance(original, pa.ChunkedArray) else original
+            dictionary, codes = _categories(table, original)
             L = len(dictionary)
             keys = value_keys(dictionary).to_pylist()
             if col in given:
@@ -364,18 +369,14 @@ class Pram(Algorithm):
             ctx.note(f"pram {col!r}: {n_changed} of {valid} values changed "
                      f"({(n_changed / valid if valid else 0.0):.2%}); {L} categories"
                      + (f", {S} strata" if strata else ""))
-            if L and L <= FITTED_CATEGORIES and S * L * L <= FITTED_CELLS:
+            if params.get("record_matrices", True) and L and L <= FITTED_CATEGORIES and S * L * L <= FITTED_CELLS:
                 fitted[col] = {"categories": keys,
                                **({"strata": [[None if v is None else str(v) for v in s] for s in stratum_labels]}
                                   if strata else {}),
                                "matrices": [m.tolist() for m in matrices]}
             taken = np.where(codes >= 0, new, 0)
-            out = dictionary.take(pa.array(taken)) if L else table.column(col)
-            original = table.column(col)
-            original = original.combine_chunks() if isinstance(original, pa.ChunkedArray) else original
-            if L:
-                out = pc.if_else(pa.array(codes >= 0), out.cast(original.type), original)
-            new_columns[col] = out
+            new_columns[col] = (pc.if_else(pa.array(codes >= 0), dictionary.take(pa.array(taken)).cast(original.type),
+                                           original) if L else original)
             if links.get(col):
                 donors = self._donors(codes, new, changed, stratum, L, ctx)
                 for other in links[col]:

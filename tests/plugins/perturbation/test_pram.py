@@ -195,6 +195,16 @@ def test_pd_one_changes_nothing(sample, extra):
         assert any(n.startswith(f"pram {c!r}: 0 of 3000 values changed") for n in ctx.notes)
 
 
+def test_matrices_are_recorded_only_when_asked_and_small():
+    _, ctx = run(toy(), record_matrices=False)
+    assert ctx.fitted == {}
+    many = typed_table({"x": [f"v{i}" for i in range(51)]}, quasi={"x": "nominal"})
+    _, ctx = run(many)
+    assert ctx.fitted == {} and ctx.notes == ["pram: no 'columns' given: randomized the nominal quasi-identifiers x",
+                                              "pram 'x': " + ctx.notes[1].split(": ", 1)[1]]
+    assert ctx.notes[1].endswith("; 51 categories")
+
+
 def test_strata_get_their_own_invariant_matrices(adult):
     out, ctx = run(adult, seed=4, columns=["occupation"], strata=["sex"])
     fit = ctx.fitted["pram"]["occupation"]
@@ -358,23 +368,29 @@ steps:
 """
 
 
-def run_cli(cli, folder, seed):
-    folder.mkdir()
+def run_cli(cli, folder, *args):
+    """The workflow (seed 3) run in ``folder`` (its store there too); ``args`` add options."""
     wf = folder / "wf.yaml"
-    wf.write_text(WORKFLOW.format(seed=seed, data=DATA / "adult" / "adult_full.csv"))
-    res = cli("run", wf, "--db", folder / "s.duckdb", "--json")
+    if not wf.exists():
+        folder.mkdir()
+        wf.write_text(WORKFLOW.format(seed=3, data=DATA / "adult" / "adult_full.csv"))
+    out = folder / ("out" if not args else "other")
+    res = cli("run", wf, "--db", folder / "s.duckdb", "--out-dir", out, "--json", *args)
     assert res.exit_code == 0, res.output
-    return json.loads(res.output), (folder / "out" / "out.csv").read_bytes()
+    return json.loads(res.output), (out / "out.csv").read_bytes()
 
 
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory):
+    """Runs a and b: the same workflow and seed in two stores; c: a's store with --seed 4 (the
+    source and typing come from its cache, the seeded steps run again)."""
     from tests.support.helpers import cli_invoker
     from anonflow import registry as plugins
 
     plugins.set_registry(None)
     cli, root = cli_invoker(), tmp_path_factory.mktemp("pram-cli")
-    return [(root / name, *run_cli(cli, root / name, seed)) for name, seed in (("a", 3), ("b", 3), ("c", 4))]
+    return [(root / "a", *run_cli(cli, root / "a")), (root / "b", *run_cli(cli, root / "b")),
+            (root / "a", *run_cli(cli, root / "a", "--seed", 4))]
 
 
 def test_cli_runs_are_byte_identical_for_a_seed_and_differ_for_another(cli_runs):
