@@ -113,6 +113,27 @@ def _rest(table: TypedTable, changed: Mapping[str, str], extra: list[str] = ()) 
     return ", ".join(parts + list(extra) + [f"CAST(t.{sql_ident(ROW)} AS BIGINT) AS {sql_ident(CLASS)}"])
 
 
+def _select(ctx: StepContext, query: str, table: TypedTable, typing: Any, hierarchies: Mapping[str, Any]) -> TypedTable:
+    """The query's records (over ``base`` = ``table``) as the output: written to the store in a
+    run (``ctx.derive``), or in memory where the context has no store to write to (``apply``)."""
+    if ctx.derive is not None:
+        out = ctx.derive(query, base=table)
+        return TypedTable(None, typing, {}, dict(hierarchies), stored=out.stored)
+    return TypedTable(ctx.sql(query, base=table), typing, {}, dict(hierarchies))
+
+
+class _Recode(Algorithm):
+    """A deterministic rule: ``apply`` publishes a new batch by the release's rule as ``run``
+    did (no randomness, nothing fitted)."""
+
+    def apply(self, table: TypedTable, published: TypedTable, params: Mapping[str, Any], ctx: StepContext,
+              fitted: Mapping[str, Any] | None = None) -> tuple[TypedTable, dict[str, Any]]:
+        out = self.run(table, params, ctx)
+        ctx.note(f"{self.name}: the release's rule applied to {table.num_rows} new record(s) as it was to the "
+                 "original ones (a fixed rule: no randomness)")
+        return out.replace(typing=published.typing), {"rule": self.perturbs(params)}
+
+
 # -- top and bottom coding ----------------------------------------------------------------------
 
 def top_bottom_rules(params: Mapping[str, Any]) -> dict[str, dict[str, float]]:
@@ -145,7 +166,7 @@ def top_bottom_rules(params: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
-class TopBottomCoding(Algorithm):
+class TopBottomCoding(_Recode):
     name = "top-bottom-coding"
     version = __version__
     description = ("Top and bottom coding, as sdcMicro's topBotCoding(): values above 'top' (below 'bottom') "
@@ -190,8 +211,7 @@ class TopBottomCoding(Algorithm):
             top, bottom = int(values[2 * i]), int(values[2 * i + 1])
             ctx.note(f"top-bottom-coding {col!r}: {top} value(s) top-coded, {bottom} bottom-coded "
                      f"of {table.num_rows}")
-        out = ctx.derive(f"SELECT {_rest(table, exprs)} FROM base t", base=table)
-        return TypedTable(None, table.typing, {}, table.hierarchies, stored=out.stored)
+        return _select(ctx, f"SELECT {_rest(table, exprs)} FROM base t", table, table.typing, table.hierarchies)
 
 
 def t_sql(t: pa.DataType) -> str:
@@ -302,7 +322,7 @@ def _interval_exprs(x: str, rule: Mapping[str, Any]) -> tuple[str, str, str, str
             f"CASE {' '.join(hi_cases)}{els_bound} END", outside)
 
 
-class GlobalRecode(Algorithm):
+class GlobalRecode(_Recode):
     name = "global-recode"
     version = __version__
     description = ("Global recoding, as sdcMicro's globalRecode(): numbers to the intervals of given breaks "
@@ -404,9 +424,8 @@ class GlobalRecode(Algorithm):
                                      "breaks or set outside: keep")
             exprs[col] = label
             extra += [f"{lo} AS {sql_ident(col + '_lo')}", f"{hi} AS {sql_ident(col + '_hi')}"]
-        out = ctx.derive(f"SELECT {_rest(table, exprs, extra)} FROM base t", base=table)
         hierarchies = {k: v for k, v in table.hierarchies.items() if k not in rules}
-        return TypedTable(None, typing, {}, hierarchies, stored=out.stored)
+        return _select(ctx, f"SELECT {_rest(table, exprs, extra)} FROM base t", table, typing, hierarchies)
 
     @staticmethod
     def _check_categories(table: TypedTable, col: str, merge: Mapping[str, list[str]], ctx: StepContext) -> None:

@@ -440,3 +440,21 @@ steps:
     assert res.exit_code == 2, res.output
     assert res.output.startswith("Error: ") and res.output.count("\n") == 1
     assert message in res.output
+
+
+def test_apply_of_a_pram_release_is_refused_in_one_line(cli, tmp_path):
+    (tmp_path / "tiny.csv").write_text("occupation,sex\n" + "a,F\nb,M\na,M\n" * 5)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("""\
+name: pram-release
+sources:
+  tiny: {path: tiny.csv}
+steps:
+  typed: {uses: typing, input: tiny, with: {quasi: {occupation: nominal}, insensitive: [sex]}}
+  pramed: {uses: pram, input: typed}
+  published: {uses: publish, input: pramed, with: {publisher: release, path: rel}}
+""")
+    assert cli("run", wf, "--db", tmp_path / "s.duckdb").exit_code == 0
+    res = cli("apply", tmp_path / "out" / "rel", tmp_path / "tiny.csv")
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert "the release was made by 'pram', which cannot be applied to new data" in res.output

@@ -285,3 +285,47 @@ def test_cli_bad_parameter_is_one_line_with_exit_code_2(cli, tmp_path):
     res = run_cli(cli, tmp_path / "bad", extra=", labels: [a, b]")
     assert res.exit_code == 2, res.output
     assert "'labels' of column 'FEDTAX' must be 4 label(s), one per interval" in res.output
+
+
+# -- apply: a fixed rule applied to new records ------------------------------------------------------
+
+RELEASE = """\
+name: recode-release
+seed: 1
+sources:
+  census: {{path: {data}}}
+steps:
+  typed:
+    uses: typing
+    input: census
+    with: {{quasi: [AFNLWGT, AGI, FEDTAX, PTOTVAL]}}
+  recoded:
+    uses: {uses}
+    input: typed
+    with: {{columns: {{FEDTAX: {rule}}}}}
+  published:
+    uses: publish
+    input: recoded
+    with: {{publisher: release, path: rel}}
+"""
+
+
+@pytest.mark.parametrize("uses, rule", [("global-recode", '{breaks: ["-Inf", 0, 5000, 20000, "Inf"]}'),
+                                        ("top-bottom-coding", "{top: 5000, bottom: 100, bottom_value: 0}")])
+def test_apply_publishes_new_records_by_the_releases_rule(cli, tmp_path, uses, rule):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(RELEASE.format(data=DATA / "sdcmicro" / "CASCrefmicrodata.csv", uses=uses, rule=rule))
+    assert cli("run", wf, "--db", tmp_path / "s.duckdb").exit_code == 0
+    new = data.sdcmicro("census").slice(100, 150).to_pandas()
+    new.to_csv(tmp_path / "new.csv", index=False)
+    res = cli("apply", tmp_path / "out" / "rel", tmp_path / "new.csv")
+    assert res.exit_code == 0, res.output
+    assert f"{uses}: the release's rule applied to 150 new record(s)" in res.output
+    got = pd.read_csv(tmp_path / "out" / "rel-applied" / "published.csv").sort_values(["AFNLWGT", "AGI"])
+    want = new.sort_values(["AFNLWGT", "AGI"])
+    if uses == "global-recode":
+        breaks = [-np.inf, 0, 5000, 20000, np.inf]
+        expected = np.array(cut_labels(breaks))[pd.cut(want["FEDTAX"], breaks, labels=False)]
+    else:
+        expected = np.where(want["FEDTAX"] > 5000, 5000, np.where(want["FEDTAX"] < 100, 0, want["FEDTAX"]))
+    assert got["FEDTAX"].astype(str).tolist() == pd.Series(expected).astype(str).tolist()
