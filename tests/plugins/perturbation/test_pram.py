@@ -263,6 +263,17 @@ def test_explicit_matrix_is_used_as_given():
               "strata": []}}
 
 
+def test_sdcmicros_identity_matrix_example():
+    """sdcMicro's test_pram.R: an identity matrix for one column changes nothing there, while
+    the other column, pram'd by pd, changes."""
+    t = typed_table({"roof": ["a", "b", "c"] * 40, "walls": ["x", "y"] * 60},
+                    quasi={"roof": "nominal", "walls": "nominal"})
+    identity = {"a": {"a": 1}, "b": {"b": 1}, "c": {"c": 1}}
+    out, _ = run(t, seed=1, matrix={"roof": identity}, pd={"walls": 0.5})
+    assert out.data.column("roof").equals(t.data.column("roof"))
+    assert not out.data.column("walls").equals(t.data.column("walls"))
+
+
 def test_the_missing_category_is_kept_and_never_drawn():
     values = ["a", "?", "b", "?"] * 50
     out, ctx = run(toy(values, missing="category"), pd=0.0, alpha=1.0, seed=3)

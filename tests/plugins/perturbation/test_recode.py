@@ -70,6 +70,28 @@ def test_top_bottom_coding_by_hand():
                          "top-bottom-coding 'inc': 1 value(s) top-coded, 0 bottom-coded of 6"]
 
 
+#: sdcMicro's tests/testthat/test_topBotCoding.R: runif(10, 1, 100) after set.seed(3), as its
+#: expected vectors give the values (those at most 35 in the kind = "top" case, the others in "bottom")
+SDCMICRO_X = [17.63611, 80.94412, 39.10929, 33.44570, 60.60797, 60.83501, 13.33871, 30.16549, 58.18338, 63.46695]
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_sdcmicros_topbotcoding_examples(missing):
+    x = list(SDCMICRO_X)
+    if missing:  # sample_Data[c(1, 2, 7), 1] <- NA
+        x[0] = x[1] = x[6] = None
+    t = typed_table({"Var1": x}, quasi={"Var1": "continuous"})
+    top, _ = run(TBC, t, columns={"Var1": {"top": 35, "top_value": 0}})
+    bottom, _ = run(TBC, t, columns={"Var1": {"bottom": 35, "bottom_value": 0}})
+    want_top = [17.63611, 0, 0, 33.44570, 0, 0, 13.33871, 30.16549, 0, 0]
+    want_bottom = [0, 80.94412, 39.10929, 0, 60.60797, 60.83501, 0, 0, 58.18338, 63.46695]
+    if missing:
+        for w in (want_top, want_bottom):
+            w[0] = w[1] = w[6] = None
+    assert top.data.column("Var1").to_pylist() == want_top
+    assert bottom.data.column("Var1").to_pylist() == want_bottom
+
+
 def test_an_integer_column_with_a_fractional_replacement_becomes_double():
     out, _ = run(TBC, toy(), columns={"age": {"top": 10, "top_value": 10.5}})
     assert out.data.column("age").type == pa.float64()
