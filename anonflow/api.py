@@ -179,8 +179,9 @@ class Algorithm(Plugin):
     #: fixed rule: top/bottom coding, global recoding)
     PERTURBATION_KINDS: ClassVar[tuple[str, ...]] = ("randomize", "noise", "swap", "recode")
 
-    def perturbs(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-        """What a perturbative algorithm changes, for these parameters: ``{column: {"kind": k,
+    def perturbs(self, params: Mapping[str, Any], table: TypedTable | None = None) -> dict[str, dict[str, Any]]:
+        """What a perturbative algorithm changes, for these parameters and its input ``table``
+        (the columns a default picks; None where no table is at hand): ``{column: {"kind": k,
         ...}}`` with ``k`` one of :attr:`PERTURBATION_KINDS` and the rest the parameters that are
         its guarantee, stated exactly (PRAM's retention probability, noise's relative standard
         deviation, rank swapping's p %): e.g. ``{"income": {"kind": "noise", "method":

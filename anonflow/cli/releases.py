@@ -139,6 +139,9 @@ def apply_cmd(release: Path, new_data: Path, out: Path | None, hierarchies: Path
     applied = result.get("applied") or {}
     if "node" in applied:
         what = "node [" + ", ".join(f"{q}={lv}" for q, lv in applied["node"].items()) + "]"
+    elif "rule" in applied:  # a recoding: the release's fixed rule, column by column
+        what = "the release's rule (" + "; ".join(
+            f"{c}: {r.get('method')}" for c, r in sorted((applied["rule"] or {}).items())) + ")"
     else:
         what = f"{applied.get('groups_used')} of the release's {applied.get('groups')} groups"
     sup = result["suppression"]

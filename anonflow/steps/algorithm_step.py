@@ -101,7 +101,7 @@ def declared_perturbations(node: Any, table: TypedTable, where: str) -> dict[str
     algo = node.plugin.obj
     who = f"algorithm {node.uses!r} ({node.plugin.distribution} {node.version})"
     try:
-        declared = algo.perturbs(node.params)
+        declared = algo.perturbs(node.params, table=table)
     except (InputError, ParamError):
         raise
     except Exception as exc:  # noqa: BLE001 - a plugin's bug is reported as the plugin's, in one line

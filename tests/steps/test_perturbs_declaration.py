@@ -29,7 +29,7 @@ class Jitter(Algorithm):
     def __init__(self, declared=None):
         self.declared = declared
 
-    def perturbs(self, params):
+    def perturbs(self, params, table=None):
         if self.declared is not None:
             return self.declared
         return {params["column"]: {"kind": "noise", "method": "test-additive", "relative_sd": params["sd"]}}

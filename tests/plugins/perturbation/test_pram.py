@@ -469,3 +469,16 @@ steps:
     res = cli("apply", tmp_path / "out" / "rel", tmp_path / "tiny.csv")
     assert res.exit_code == 2 and res.output.count("\n") == 1
     assert "the release was made by 'pram', which cannot be applied to new data" in res.output
+
+
+def test_default_columns_are_declared_from_the_input(cli, tmp_path):
+    # no `columns:`: pram changes the nominal quasi-identifiers, and the engine records those
+    # (it hands perturbs() the step's input table)
+    wf = tmp_path / "wf.yaml"
+    text = WORKFLOW.format(seed=3, data=DATA / "adult" / "adult_full.csv")
+    wf.write_text(text.split("  coded:")[0] + "  pramed: {uses: pram, input: sample}\n")
+    res = cli("run", wf, "--db", tmp_path / "s.duckdb", "--json")
+    assert res.exit_code == 0, res.output
+    pramed = next(s for s in json.loads(res.output)["steps"] if s["step"] == "pramed")
+    assert sorted(pramed["perturbs"]) == ["education", "marital-status", "occupation"]
+    assert {w["kind"] for w in pramed["perturbs"].values()} == {"randomize"}

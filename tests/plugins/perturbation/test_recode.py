@@ -343,6 +343,7 @@ def test_apply_publishes_new_records_by_the_releases_rule(cli, tmp_path, uses, r
     res = cli("apply", tmp_path / "out" / "rel", tmp_path / "new.csv")
     assert res.exit_code == 0, res.output
     assert f"{uses}: the release's rule applied to 150 new record(s)" in res.output
+    assert f"150 record(s) published with the release's rule (FEDTAX: {uses})" in res.output
     got = pd.read_csv(tmp_path / "out" / "rel-applied" / "published.csv").sort_values(["AFNLWGT", "AGI"])
     want = new.sort_values(["AFNLWGT", "AGI"])
     if uses == "global-recode":
