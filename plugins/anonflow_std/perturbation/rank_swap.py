@@ -44,27 +44,29 @@ def max_rank_distance(p: float, n: int) -> int:
 
 def swap_sources(x: np.ndarray, w: int, rng: np.random.Generator) -> np.ndarray:
     """For each record ``i``, the record whose value it publishes (``x[src]`` is the swapped
-    column). Draws: one integer (the offset), then ``n`` 32-bit integers (the order within
-    blocks; records of a block that draw the same integer keep their rank order)."""
+    column). Draws: one integer (the blocks' offset), then one ``rng.permuted`` of the blocks laid
+    out as the rows of a grid (a random order within each block)."""
     n = x.size
     src = np.arange(n, dtype=np.int64)
     if w < 1 or n < 2:
         return src
     b = w + 1
-    order = np.argsort(x, kind="stable")               # order[s]: the record at sorted position s
+    order = np.argsort(x, kind="stable")  # order[s]: the record at sorted position s (ties: record order)
     offset = int(rng.integers(0, b))
-    block = (np.arange(n, dtype=np.int64) + offset) // b  # block of each sorted position
-    # random order within a block, blocks in order: the block in the high bits, 32 random bits below
-    key = (block << 32) | rng.integers(0, 1 << 32, size=n, dtype=np.int64)
-    walk = np.argsort(key, kind="stable")               # sorted positions, block by block, shuffled within
-    start = np.maximum(block * b - offset, 0)           # first sorted position of each position's block
-    local = np.arange(n, dtype=np.int64) - start[walk]  # index within its block along the walk
-    size = np.minimum((block + 1) * b - offset, n) - start  # block size at each sorted position
-    first = np.flatnonzero((local % 2 == 0) & (local + 1 < size[walk]))  # walk index of each pair's first
-    a, c = walk[first], walk[first + 1]                 # the pair's sorted positions
-    target = np.arange(n, dtype=np.int64)               # sorted position whose value each position gets
-    target[a], target[c] = c, a
-    src[order] = order[target]
+    # sorted position s sits in slot s + offset of a grid of rows of b slots: row k is block k (the
+    # first block has b - offset positions, the last what is left); empty slots hold -1
+    rows = -(-(n + offset) // b)
+    grid = np.full(rows * b, -1, dtype=np.int64)
+    grid[offset:offset + n] = np.arange(n, dtype=np.int64)
+    walk = rng.permuted(grid.reshape(rows, b), axis=1).reshape(-1)
+    walk = walk[walk >= 0]                # sorted positions, block by block, in random order within each
+    i = np.arange(n, dtype=np.int64)      # the walk visits each block's positions within its own range,
+    block = (i + offset) // b             # so walk index i lies in the block of sorted position i
+    local = i - np.maximum(block * b - offset, 0)
+    end = np.minimum((block + 1) * b - offset, n)
+    first = np.flatnonzero((local % 2 == 0) & (i + 1 < end))  # each pair's first walk index
+    a, c = order[walk[first]], order[walk[first + 1]]         # the pair's records
+    src[a], src[c] = c, a
     return src
 
 

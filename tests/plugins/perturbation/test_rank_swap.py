@@ -18,13 +18,19 @@ from tests.support.helpers import CENSUS_QI
 
 
 class Draws:
-    """A stand-in generator giving fixed draws: the block offset, then the keys within blocks."""
+    """A stand-in generator giving fixed draws: the block offset, then the blocks in a given order
+    (the grid ``rng.permuted`` would return: one row per block, -1 for an empty slot)."""
 
-    def __init__(self, offset, keys):
-        self.offset, self.keys = offset, np.asarray(keys, dtype=np.int64)
+    def __init__(self, offset, grid):
+        self.offset, self.grid = offset, np.asarray(grid, dtype=np.int64)
 
-    def integers(self, low, high, size=None, dtype=np.int64):
-        return self.offset if size is None else self.keys
+    def integers(self, low, high):
+        return self.offset
+
+    def permuted(self, grid, axis):
+        assert axis == 1 and grid.shape == self.grid.shape
+        assert (np.sort(grid, axis=1) == np.sort(self.grid, axis=1)).all()  # the same blocks, reordered
+        return self.grid
 
 
 def run(params, table, seed=0):
@@ -44,16 +50,16 @@ def test_max_rank_distance_is_p_percent_of_n_rounded_down():
 
 def test_pairs_within_blocks_of_w_plus_1_ranks_hand_worked():
     # x by record: 50 10 40 20 30 60; sorted: 10 (rec 1), 20 (rec 3), 30 (rec 4), 40 (rec 2), 50 (rec 0), 60 (rec 5).
-    # p = 50 %: w = 3, blocks of 4 ranks; offset 1: positions (0 1 2) form block 0, (3 4 5) block 1.
-    # keys 5 3 9 | 2 8 1: block 0 walked as positions 1 0 2 -> pair (1, 0), 2 alone;
+    # p = 50 %: w = 3, blocks of 4 ranks; offset 1: positions (0 1 2) form block 0, (3 4 5) block 1
+    # (grid rows [-1 0 1 2] and [3 4 5 -1]). Block 0 walked as positions 1 0 2 -> pair (1, 0), 2 alone;
     # block 1 walked as 5 3 4 -> pair (5, 3), 4 alone.  Sorted values become 20 10 30 60 50 40, so
     # rec 1 -> 20, rec 3 -> 10, rec 4 -> 30, rec 2 -> 60, rec 0 -> 50, rec 5 -> 40.
     x = np.array([50.0, 10, 40, 20, 30, 60])
-    src = swap_sources(x, 3, Draws(1, [5, 3, 9, 2, 8, 1]))
+    src = swap_sources(x, 3, Draws(1, [[1, -1, 0, 2], [5, -1, 3, 4]]))
     assert x[src].tolist() == [50, 20, 60, 10, 30, 40]
-    # offset 0: one block of 4 (positions 0-3) and one of 2 (4, 5); keys 0 1 2 3 | 0 1 pair (0,1) (2,3) (4,5):
-    # 10<->20, 30<->40, 50<->60
-    src = swap_sources(x, 3, Draws(0, [0, 1, 2, 3, 0, 1]))
+    # offset 0: one block of 4 (positions 0-3) and one of 2 (4, 5), walked in rank order: pairs (0, 1) (2, 3)
+    # (4, 5): 10<->20, 30<->40, 50<->60
+    src = swap_sources(x, 3, Draws(0, [[0, 1, 2, 3], [4, 5, -1, -1]]))
     assert x[src].tolist() == [60, 20, 30, 10, 40, 50]
     # w = 0: nothing moves, and no draw is taken
     assert np.array_equal(swap_sources(x, 0, None), np.arange(6))
