@@ -28,12 +28,26 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 from scipy.special import ndtri
-from scipy.stats import rankdata
 
 from anonflow.api import Algorithm, InputError, Param, StepContext, TypedTable
 
 from .. import __version__
 from .noise import column_values, numeric_columns, publish_columns
+
+
+def average_ranks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ranks, order)``: the ranks 1 .. n of ``x`` with tied values given their average rank (R's
+    ``rank(ties.method = "average")``), and the stable sort order of ``x`` they come from (ties in
+    record order), which the reverse mapping reuses."""
+    n = x.size
+    order = np.argsort(x, kind="stable")
+    v = x[order]
+    starts = np.flatnonzero(np.r_[True, v[1:] != v[:-1]])     # first sorted position of each run of ties
+    ends = np.r_[starts[1:], n]                               # one past its last
+    group = np.repeat(np.arange(starts.size), ends - starts)
+    ranks = np.empty(n, dtype=np.float64)
+    ranks[order] = ((starts + ends + 1) / 2)[group]           # mean of the ranks start+1 .. end
+    return ranks, order
 
 
 def normal_scores(ranks: np.ndarray) -> np.ndarray:
@@ -54,11 +68,15 @@ def shuffle_model(ranks: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return B, (Sigma + Sigma.T) / 2
 
 
-def reverse_map(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Indices into ``x``: the record with the ``j``-th smallest ``y`` takes the ``j``-th
-    smallest ``x`` (``x[result]`` is the shuffled column; ties in ``x`` keep record order)."""
-    out = np.empty(x.size, dtype=np.int64)
-    out[np.argsort(y, kind="stable")] = np.argsort(x, kind="stable")
+def reverse_map(order: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices into a column ``x`` whose stable sort order is ``order``: the record with the
+    ``j``-th smallest ``y`` takes the ``j``-th smallest ``x`` (``x[result]`` is the shuffled
+    column; ties in ``x`` and in ``y`` are taken in record order)."""
+    out = np.empty(order.size, dtype=np.int64)
+    by_y = np.argsort(y)  # numpy's fastest sort; its order of tied values is not fixed, so
+    if (np.diff(y[by_y]) == 0).any():  # with ties (rare: y is continuous), the stable sort
+        by_y = np.argsort(y, kind="stable")
+    out[by_y] = order
     return out
 
 
@@ -92,25 +110,27 @@ class Shuffle(Algorithm):
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
         self.check(params, table)
         cols, given = list(params["columns"]), list(params["given"])
-        M = np.column_stack([column_values(table, c, self.name) for c in cols + given])
-        ranks = rankdata(M, method="average", axis=0)
-        constant = [c for c, lo, hi in zip(cols + given, M.min(axis=0), M.max(axis=0)) if lo == hi]
-        if constant:
-            raise InputError(f"shuffle: column {constant[0]!r} is constant; it has no ranks to shuffle by")
-        k = len(cols)
+        n, k = table.num_rows, len(cols)
+        ranks = np.empty((n, k + len(given)), dtype=np.float64)
+        orders = []
+        for j, c in enumerate(cols + given):
+            ranks[:, j], order = average_ranks(column_values(table, c, self.name))
+            if j < k:
+                orders.append(order)
+            if ranks[0, j] == (n + 1) / 2 and (ranks[:, j] == ranks[0, j]).all():
+                raise InputError(f"shuffle: column {c!r} is constant; it has no ranks to shuffle by")
         try:
             B, Sigma = shuffle_model(ranks, k)
         except np.linalg.LinAlgError:
             raise InputError("shuffle: the 'given' columns are collinear (their rank correlation matrix is "
                              "singular); leave out the redundant ones") from None
         Z = normal_scores(ranks[:, k:])
-        Y = Z @ B.T + ctx.rng.multivariate_normal(np.zeros(k), Sigma, size=M.shape[0], method="eigh",
-                                                  check_valid="ignore")
+        Y = Z @ B.T + ctx.rng.multivariate_normal(np.zeros(k), Sigma, size=n, method="eigh", check_valid="ignore")
         new: dict[str, pa.Array] = {}
         for j, c in enumerate(cols):
             col = table.column(c)
             arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-            new[c] = arr.take(pa.array(reverse_map(M[:, j], Y[:, j])))
+            new[c] = arr.take(pa.array(reverse_map(orders[j], Y[:, j])))
         return publish_columns(table, new, ctx)
 
 

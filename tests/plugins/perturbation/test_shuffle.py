@@ -12,7 +12,7 @@ from scipy import stats
 from anonflow.errors import InputError
 from anonflow.params import ParamError, validate_params
 from anonflow.testing import make_context, typed_table
-from anonflow_std.perturbation.shuffle import Shuffle, normal_scores, reverse_map, shuffle_model
+from anonflow_std.perturbation.shuffle import Shuffle, average_ranks, normal_scores, reverse_map, shuffle_model
 
 from tests.plugins.perturbation.test_noise import census, census_table, declared, repeat_runs
 
@@ -61,10 +61,21 @@ def test_model_with_two_given_columns():
     assert np.allclose(Sigma[0, 0], 1 - expect @ P[1:, 0])
 
 
+def test_average_ranks():
+    # 10 20 20 5: 5 is rank 1, 10 rank 2, the two 20s share ranks 3 and 4: 3.5; sorted order 3 0 1 2
+    ranks, order = average_ranks(np.array([10.0, 20, 20, 5]))
+    assert ranks.tolist() == [2, 3.5, 3.5, 1]
+    assert order.tolist() == [3, 0, 1, 2]
+    x = np.random.default_rng(0).integers(0, 30, size=500).astype(float)  # many ties
+    assert np.array_equal(average_ranks(x)[0], stats.rankdata(x, method="average"))
+
+
 def test_reverse_map_gives_the_ranks_of_the_perturbed_values_to_the_original_values():
     # y: -1 (record 1) < 0.2 (record 0) < 3 (record 2): they take x's sorted values 1, 3, 5
     x = np.array([5.0, 1, 3])
-    assert x[reverse_map(x, np.array([0.2, -1, 3]))].tolist() == [3, 1, 5]
+    assert x[reverse_map(np.argsort(x), np.array([0.2, -1, 3]))].tolist() == [3, 1, 5]
+    # tied y (records 0 and 2) are taken in record order: record 0 gets 1, record 2 gets 3, record 1 gets 5
+    assert x[reverse_map(np.argsort(x), np.array([0.0, 7, 0]))].tolist() == [1, 5, 3]
 
 
 def test_run_is_the_model_plus_the_generator_draw_reverse_mapped():
