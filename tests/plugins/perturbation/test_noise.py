@@ -257,3 +257,21 @@ def test_bad_parameters_fail_in_one_line():
         run({"columns": ["m"]}, table)
     with pytest.raises(InputError, match="at least 2 records"):
         run({"columns": ["x"]}, typed_table({"x": [1.0]}))
+
+
+@pytest.mark.parametrize("with_, message", [
+    ("{columns: [AGI, NOPE]}", "'columns' names 'NOPE', which is not a column"),
+    ("{columns: [AGI], noise: -5}", "parameter 'noise'"),
+    ("{columns: [AGI], method: ROMM}", "parameter 'method'"),
+])
+def test_cli_refuses_bad_parameters_in_one_line(cli, tmp_path, with_, message):
+    wf = workflow(tmp_path, f"""\
+        perturbed:
+          uses: noise
+          input: typed
+          with: {with_}
+        """)
+    res = cli("run", wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "o")
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], res.output
