@@ -112,22 +112,34 @@ def sym_sqrt(S: np.ndarray, inverse: bool = False, rtol: float = 1e-10) -> np.nd
     return (V * root) @ V.T
 
 
+def scales(X: np.ndarray) -> np.ndarray:
+    """Each column's sample standard deviation (divisor n - 1), 1 for a constant column: the
+    matrix work below is done on ``X / scales(X)``, so that columns of very different sizes
+    (incomes and shares) weigh alike when small eigenvalues are told from rounding noise."""
+    sd = X.std(axis=0, ddof=1) if X.shape[0] > 1 else np.zeros(X.shape[1])
+    return np.where(sd > 0, sd, 1.0)
+
+
 def restore_moments(Z: np.ndarray, X: np.ndarray) -> np.ndarray:
     """``Z`` mapped affinely to the sample mean vector and covariance matrix of ``X``:
     ``mean(X) + (Z - mean(Z)) @ Sz^(-1/2) @ Sx^(1/2)`` (symmetric roots), whose covariance is
     ``Sx^(1/2) Sz^(-1/2) Sz Sz^(-1/2) Sx^(1/2) = Sx`` when ``Sz`` spans what ``Sx`` spans (the
     noise of ``restr`` lies in the span of ``Sx``; directions with no variance, such as an exact
-    linear relation between columns, stay without it)."""
-    Sx = np.atleast_2d(np.cov(X, rowvar=False))
-    Sz = np.atleast_2d(np.cov(Z, rowvar=False))
+    linear relation between columns, stay without it). Computed on columns divided by
+    :func:`scales` of ``X``, and scaled back."""
+    d = scales(X)
+    Xs, Zs = X / d, Z / d
+    Sx = np.atleast_2d(np.cov(Xs, rowvar=False))
+    Sz = np.atleast_2d(np.cov(Zs, rowvar=False))
     A = sym_sqrt(Sz, inverse=True) @ sym_sqrt(Sx)
-    return X.mean(axis=0) + (Z - Z.mean(axis=0)) @ A
+    return (Xs.mean(axis=0) + (Zs - Zs.mean(axis=0)) @ A) * d
 
 
 def add_noise(X: np.ndarray, method: str, noise: float, rng: np.random.Generator) -> np.ndarray:
     """sdcMicro's ``addNoise`` on the ``(n, d)`` array ``X`` (see the module docstring); the
-    draws come from ``rng`` in a fixed order (column by column for ``additive``, one
-    multivariate draw of ``n`` rows otherwise)."""
+    draws come from ``rng`` in a fixed order (column by column for ``additive``; otherwise one
+    multivariate normal draw of ``n`` rows with covariance ``c R``, ``R`` the correlation
+    matrix, each column then multiplied by its standard deviation: covariance ``c S``)."""
     n, d = X.shape
     c = noise / 100.0
     if method == "additive":
@@ -136,9 +148,10 @@ def add_noise(X: np.ndarray, method: str, noise: float, rng: np.random.Generator
             sd = float(X[:, j].std(ddof=1)) if n > 1 else 0.0
             out[:, j] = X[:, j] + rng.normal(0.0, c * sd, size=n)
         return out
-    S = np.atleast_2d(np.cov(X, rowvar=False)) if n > 1 else np.zeros((d, d))
-    E = rng.multivariate_normal(np.zeros(d), c * S, size=n, method="eigh", check_valid="ignore")
-    Z = X + E
+    sd = scales(X)
+    R = np.atleast_2d(np.cov(X / sd, rowvar=False)) if n > 1 else np.zeros((d, d))
+    E = rng.multivariate_normal(np.zeros(d), c * R, size=n, method="eigh", check_valid="ignore")
+    Z = X + E * sd
     if method == "correlated":
         return Z
     if method == "restr":

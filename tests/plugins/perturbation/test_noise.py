@@ -63,11 +63,16 @@ def test_additive_draws_each_column_with_its_own_sd():
 
 def test_correlated_noise_has_noise_percent_of_the_covariance():
     # x1 = 1, 2, 3 (var 1); x2 = 2, 4, 7: mean 13/3, deviations -7/3, -1/3, 8/3, var (49 + 1 + 64)/9/2 = 57/9;
-    # cov = ((-1)(-7/3) + 0 + (1)(8/3)) / 2 = 2.5.  noise 50 %: the noise covariance is 0.5 * S
+    # cov = ((-1)(-7/3) + 0 + (1)(8/3)) / 2 = 2.5.  noise 50 %: the noise covariance is 0.5 * S, drawn as
+    # 0.5 * R (R the correlation matrix: 2.5 / sqrt(57/9) = 0.99340) and each column times its sd (1, 2.51661)
     X = np.array([[1.0, 2.0], [2.0, 4.0], [3.0, 7.0]])
-    S = np.array([[1.0, 2.5], [2.5, 57 / 9]])
-    E = np.random.default_rng(2).multivariate_normal([0, 0], 0.5 * S, size=3, method="eigh")
+    sd = np.array([1.0, np.sqrt(57 / 9)])
+    r = 2.5 / np.sqrt(57 / 9)
+    assert abs(r - 0.9933993) < 1e-7
+    R = np.array([[1.0, r], [r, 1.0]])
+    E = np.random.default_rng(2).multivariate_normal([0, 0], 0.5 * R, size=3, method="eigh") * sd
     assert np.allclose(add_noise(X, "correlated", 50.0, np.random.default_rng(2)), X + E)
+    assert np.allclose(np.outer(sd, sd) * R, [[1.0, 2.5], [2.5, 57 / 9]])
 
 
 def test_symmetric_square_roots():
@@ -89,6 +94,18 @@ def test_restore_moments_gives_the_mean_and_covariance_of_the_original():
     Y = restore_moments(X + rng.normal(size=(50, 3)), X)
     assert np.allclose(Y.mean(axis=0), X.mean(axis=0))
     assert np.allclose(np.cov(Y, rowvar=False), np.cov(X, rowvar=False))
+
+
+def test_restr_keeps_the_covariance_of_columns_of_very_different_sizes():
+    # an income-like column (sd 1e6) beside a share (sd 1e-3): variances 1e12 and 1e-6, 18 orders apart; the
+    # share's variance must be restored too (it is no rounding noise of the income's)
+    rng = np.random.default_rng(6)
+    X = np.column_stack([rng.normal(5e6, 1e6, 200), rng.normal(0.5, 1e-3, 200)])
+    X[:, 1] += 1e-10 * X[:, 0]
+    Y = add_noise(X, "restr", 100.0, np.random.default_rng(1))
+    Sx, Sy = np.cov(X, rowvar=False), np.cov(Y, rowvar=False)
+    assert np.allclose(Sy, Sx, rtol=1e-9, atol=0)
+    assert np.allclose(Y.mean(axis=0), X.mean(axis=0), rtol=1e-12)
 
 
 def test_restr_keeps_an_exact_linear_relation_between_columns():
