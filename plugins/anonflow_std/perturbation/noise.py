@@ -1,0 +1,205 @@
+"""Noise addition on continuous columns, as sdcMicro's ``addNoise`` names its methods.
+
+- ``additive``: each column plus independent normal noise of standard deviation
+  ``noise/100 * sd(column)`` (sdcMicro ``addNoise_additive``; ``noise`` is a percentage of the
+  column's sample standard deviation, default 150).
+- ``correlated``: the columns plus multivariate normal noise of covariance ``noise/100 * S``,
+  ``S`` the columns' sample covariance matrix (sdcMicro ``addNoise_correlated``; here ``noise``
+  is a percentage of the *covariance*, so the expected covariance of the result is
+  ``(1 + noise/100) * S`` and the correlations are kept in expectation).
+- ``restr``: the correlated noise, then an affine map that restores the columns' sample mean
+  vector and covariance matrix exactly (see :func:`restore_moments`). sdcMicro's ``restr``
+  applies Kim's linear transformation ``c*x + (1 - c)*mean(x)`` without drawing any noise;
+  docs/perturbation-continuous.md says why this differs.
+
+sdcMicro's ``ROMM`` (an n x n random orthogonal matrix), ``correlated2``, ``additive0`` and
+``outdect`` are not offered.
+
+Every record is its own class; the noised columns are published as float64 (integers too: a
+rounding would change the noise's distribution and break ``restr``'s exact moments). The
+helpers :func:`numeric_columns` and :func:`publish_columns` serve the family's other numeric
+methods (``rank-swap``, ``shuffle``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from anonflow.api import (CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable, generalization,
+                          sql_ident)
+
+from .. import __version__
+
+METHODS = ("additive", "correlated", "restr")
+
+
+# -- helpers shared by the family's numeric methods -------------------------------------------
+
+
+def numeric_columns(table: TypedTable, names: Sequence[str], plugin: str, param: str = "columns") -> list[str]:
+    """The columns ``names`` (parameter ``param``) a numeric perturbation reads or changes: each
+    must be a column of numbers, not generalized labels; a bad one fails in one line naming it.
+
+    The columns are always named in the step (no default such as "the continuous
+    quasi-identifiers"): :meth:`~anonflow.api.Algorithm.perturbs` sees only the parameters, and
+    every changed column must be declared there."""
+    cols = list(names)
+    if not cols:
+        raise InputError(f"{plugin}: parameter '{param}' is empty; name at least one numeric column")
+    if len(set(cols)) != len(cols):
+        dup = next(c for c in cols if cols.count(c) > 1)
+        raise InputError(f"{plugin}: parameter '{param}' names {dup!r} twice")
+    schema = table.schema
+    for name in cols:
+        if name not in table.columns or name in (ROW, CLASS):
+            raise InputError(f"{plugin}: parameter '{param}' names {name!r}, which is not a column of the table")
+        if generalization(table, name):
+            raise InputError(f"{plugin}: column {name!r} holds generalized labels from an earlier step; "
+                             f"perturb the numbers before generalizing them")
+        typ = schema.field(name).type
+        if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+            raise InputError(f"{plugin}: column {name!r} ({param}) is {typ}, not numbers; name only numeric columns")
+    return cols
+
+
+def column_values(table: TypedTable, name: str, plugin: str) -> np.ndarray:
+    """One numeric column as float64, refusing missing and non-finite values."""
+    col = table.column(name)
+    if col.null_count:
+        raise InputError(f"{plugin}: column {name!r} has {col.null_count} missing value(s); drop or impute them "
+                         "first (the typing step's 'missing' policy)")
+    x = col.to_numpy().astype(np.float64, copy=False)
+    if not np.isfinite(x).all():
+        raise InputError(f"{plugin}: column {name!r} holds infinite or NaN values")
+    return x
+
+
+def publish_columns(table: TypedTable, new: Mapping[str, pa.Array], ctx: StepContext | None) -> TypedTable:
+    """``table`` with the columns ``new`` replaced (same record order) and ``_class`` =
+    0 .. n-1 (each record its own class; the engine renumbers classes by published values).
+    A table in the store stays there: the new columns are joined to it by position."""
+    n = table.num_rows
+    new = dict(new)
+    new[CLASS] = pa.array(np.arange(n, dtype=np.int64))
+    if ctx is not None and ctx.derive is not None and not table.loaded:
+        select = ", ".join(f"g.{sql_ident(c)}" if c in new else f"t.{sql_ident(c)}"
+                           for c in table.columns if c != CLASS)
+        out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
+                         base=table, gen=pa.table(new))
+        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored)
+    data = table.data
+    if CLASS in data.column_names:
+        data = data.drop_columns([CLASS])
+    for name, values in new.items():
+        if name != CLASS:
+            data = data.set_column(data.column_names.index(name), name, values)
+    return table.replace(data=data.append_column(CLASS, new[CLASS]))
+
+
+# -- the formulas ------------------------------------------------------------------------------
+
+
+def sym_sqrt(S: np.ndarray, inverse: bool = False, rtol: float = 1e-10) -> np.ndarray:
+    """The symmetric square root of a positive semi-definite matrix (or, with ``inverse``, of
+    its pseudo-inverse): eigenvalues below ``rtol`` times the largest count as 0."""
+    w, V = np.linalg.eigh((S + S.T) / 2)
+    keep = w > rtol * max(float(w.max()), 0.0) if w.size else w > 0
+    root = np.zeros_like(w)
+    root[keep] = 1 / np.sqrt(w[keep]) if inverse else np.sqrt(w[keep])
+    return (V * root) @ V.T
+
+
+def scales(X: np.ndarray) -> np.ndarray:
+    """Each column's sample standard deviation (divisor n - 1), 1 for a constant column: the
+    matrix work below is done on ``X / scales(X)``, so that columns of very different sizes
+    (incomes and shares) weigh alike when small eigenvalues are told from rounding noise."""
+    sd = X.std(axis=0, ddof=1) if X.shape[0] > 1 else np.zeros(X.shape[1])
+    return np.where(sd > 0, sd, 1.0)
+
+
+def restore_moments(Z: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """``Z`` mapped affinely to the sample mean vector and covariance matrix of ``X``:
+    ``mean(X) + (Z - mean(Z)) @ Sz^(-1/2) @ Sx^(1/2)`` (symmetric roots), whose covariance is
+    ``Sx^(1/2) Sz^(-1/2) Sz Sz^(-1/2) Sx^(1/2) = Sx`` when ``Sz`` spans what ``Sx`` spans (the
+    noise of ``restr`` lies in the span of ``Sx``; directions with no variance, such as an exact
+    linear relation between columns, stay without it). Computed on columns divided by
+    :func:`scales` of ``X``, and scaled back."""
+    d = scales(X)
+    Xs, Zs = X / d, Z / d
+    Sx = np.atleast_2d(np.cov(Xs, rowvar=False))
+    Sz = np.atleast_2d(np.cov(Zs, rowvar=False))
+    A = sym_sqrt(Sz, inverse=True) @ sym_sqrt(Sx)
+    return (Xs.mean(axis=0) + (Zs - Zs.mean(axis=0)) @ A) * d
+
+
+def add_noise(X: np.ndarray, method: str, noise: float, rng: np.random.Generator) -> np.ndarray:
+    """sdcMicro's ``addNoise`` on the ``(n, d)`` array ``X`` (see the module docstring); the
+    draws come from ``rng`` in a fixed order (column by column for ``additive``; otherwise one
+    multivariate normal draw of ``n`` rows with covariance ``c R``, ``R`` the correlation
+    matrix, each column then multiplied by its standard deviation: covariance ``c S``)."""
+    n, d = X.shape
+    c = noise / 100.0
+    if method == "additive":
+        out = np.empty_like(X)
+        for j in range(d):
+            sd = float(X[:, j].std(ddof=1)) if n > 1 else 0.0
+            out[:, j] = X[:, j] + rng.normal(0.0, c * sd, size=n)
+        return out
+    sd = scales(X)
+    R = np.atleast_2d(np.cov(X / sd, rowvar=False)) if n > 1 else np.zeros((d, d))
+    E = rng.multivariate_normal(np.zeros(d), c * R, size=n, method="eigh", check_valid="ignore")
+    Z = X + E * sd
+    if method == "correlated":
+        return Z
+    if method == "restr":
+        return restore_moments(Z, X)
+    raise InputError(f"noise: unknown method {method!r}; one of {', '.join(METHODS)}")
+
+
+class Noise(Algorithm):
+    name = "noise"
+    version = __version__
+    description = ("Noise addition on continuous columns (sdcMicro addNoise): additive (sd = noise % of each "
+                   "column's sd), correlated (covariance = noise % of the columns'), restr (correlated, then "
+                   "means and covariance restored exactly).")
+    params = (
+        Param("columns", "list", items="str", help="the numeric columns to noise"),
+        Param("method", "str", default="additive", choices=METHODS,
+              help="additive: independent per column; correlated: covariance proportional to the columns'; "
+                   "restr: correlated, then means and covariance restored exactly"),
+        Param("noise", "float", default=150.0, min=0,
+              help="amount of noise in percent (sdcMicro's default 150): of each column's sd for additive, "
+                   "of the covariance matrix for correlated and restr"),
+    )
+    per_fragment = False
+
+    def check(self, params: Mapping[str, Any], table: TypedTable, **_: Any) -> None:
+        numeric_columns(table, params["columns"], self.name)
+        if table.num_rows < 2:
+            raise InputError(f"noise needs at least 2 records to estimate standard deviations; the table has "
+                             f"{table.num_rows}")
+
+    def perturbs(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        method, noise = params["method"], float(params["noise"])
+        what: dict[str, Any] = {"kind": "noise", "method": method, "noise": noise, "rounded": False}
+        if method == "additive":
+            what.update(distribution="normal", relative_sd=noise / 100)
+        else:
+            what.update(distribution="multivariate normal", relative_covariance=noise / 100)
+        if method == "restr":
+            what.update(restored=["mean", "covariance"])
+        cols = list(params["columns"])
+        return {c: dict(what, columns=list(cols)) if method != "additive" else dict(what) for c in cols}
+
+    def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
+        self.check(params, table)
+        cols = numeric_columns(table, params["columns"], self.name)
+        X = np.column_stack([column_values(table, c, self.name) for c in cols])
+        Y = add_noise(X, params["method"], float(params["noise"]), ctx.rng)
+        return publish_columns(table, {c: pa.array(Y[:, j], type=pa.float64()) for j, c in enumerate(cols)}, ctx)
+
+
+PLUGINS = [Noise()]
