@@ -1,4 +1,4 @@
-"""The continuous perturbation algorithms -- ``noise`` (additive, correlated, restr), ``rank-swap``
+"""The continuous perturbation algorithms -- ``noise`` (additive, correlated, exact-moments), ``rank-swap``
 and ``shuffle`` -- on 10 million synthetic records, each next to the numpy work it cannot do
 without (the "floor"), measured in the same run.
 
@@ -13,7 +13,7 @@ a step context seeded 0:
 
 * ``noise additive`` on every column; floor: drawing the same number of normals
   (``rng.standard_normal(n * d)``);
-* ``noise correlated`` and ``noise restr``; floor: one ``rng.multivariate_normal`` of ``n`` rows;
+* ``noise correlated`` and ``noise exact-moments``; floor: one ``rng.multivariate_normal`` of ``n`` rows;
 * ``rank-swap`` (p = 5) on every column; floor: one ``np.argsort`` per column (numpy's default,
   unstable sort; the plugin needs a stable one, so that tied values are ordered alike everywhere);
 * ``shuffle`` of half the columns given the other half; floor: one ``np.argsort`` per column
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> None:
          "normals", lambda: rng.standard_normal(n * d)),
         ("noise correlated", algo(Noise(), {"columns": cols, "method": "correlated"}),
          "multivariate_normal", lambda: rng.multivariate_normal(np.zeros(d), S, size=n, method="eigh")),
-        ("noise restr", algo(Noise(), {"columns": cols, "method": "restr"}),
+        ("noise exact-moments", algo(Noise(), {"columns": cols, "method": "exact-moments"}),
          "multivariate_normal", lambda: rng.multivariate_normal(np.zeros(d), S, size=n, method="eigh")),
         ("rank-swap p=5", algo(RankSwap(), {"columns": cols, "p": 5}),
          f"{d} argsorts", lambda: [np.argsort(v) for v in ints]),

@@ -7,7 +7,7 @@
   ``S`` the columns' sample covariance matrix (sdcMicro ``addNoise_correlated``; here ``noise``
   is a percentage of the *covariance*, so the expected covariance of the result is
   ``(1 + noise/100) * S`` and the correlations are kept in expectation).
-- ``restr``: the correlated noise, then an affine map that restores the columns' sample mean
+- ``exact-moments``: the correlated noise, then an affine map that restores the columns' sample mean
   vector and covariance matrix exactly (see :func:`restore_moments`). sdcMicro's ``restr``
   applies Kim's linear transformation ``c*x + (1 - c)*mean(x)`` without drawing any noise;
   docs/perturbation-continuous.md says why this differs.
@@ -16,7 +16,7 @@ sdcMicro's ``ROMM`` (an n x n random orthogonal matrix), ``correlated2``, ``addi
 ``outdect`` are not offered.
 
 Every record is its own class; the noised columns are published as float64 (integers too: a
-rounding would change the noise's distribution and break ``restr``'s exact moments). The
+rounding would change the noise's distribution and break ``exact-moments``'s exact moments). The
 helpers :func:`numeric_columns` and :func:`publish_columns` serve the family's other numeric
 methods (``rank-swap``, ``shuffle``).
 """
@@ -33,20 +33,30 @@ from anonflow.api import (CLASS, ROW, Algorithm, InputError, Param, StepContext,
 
 from .. import __version__
 
-METHODS = ("additive", "correlated", "restr")
+METHODS = ("additive", "correlated", "exact-moments")
 
 
 # -- helpers shared by the family's numeric methods -------------------------------------------
 
 
-def numeric_columns(table: TypedTable, names: Sequence[str], plugin: str, param: str = "columns") -> list[str]:
+def default_columns(table: TypedTable | None, plugin: str, param: str = "columns") -> list[str]:
+    """What a numeric perturbation changes when ``columns`` is not given: the continuous
+    quasi-identifiers, in the typing's order (none: one line asking for ``columns``)."""
+    if table is None:
+        return []
+    cols = [q for q in table.typing.quasi if table.typing.get(q).type == "continuous"]
+    if not cols:
+        raise InputError(f"{plugin}: the table has no continuous quasi-identifier; name the numeric columns to "
+                         f"change with '{param}: [...]'")
+    return cols
+
+
+def numeric_columns(table: TypedTable, names: Sequence[str] | None, plugin: str, param: str = "columns") -> list[str]:
     """The columns ``names`` (parameter ``param``) a numeric perturbation reads or changes: each
     must be a column of numbers, not generalized labels; a bad one fails in one line naming it.
 
-    The columns are always named in the step (no default such as "the continuous
-    quasi-identifiers"): :meth:`~anonflow.api.Algorithm.perturbs` sees only the parameters, and
-    every changed column must be declared there."""
-    cols = list(names)
+    ``names`` None: the table's continuous quasi-identifiers (:func:`default_columns`)."""
+    cols = default_columns(table, plugin, param) if names is None else list(names)
     if not cols:
         raise InputError(f"{plugin}: parameter '{param}' is empty; name at least one numeric column")
     if len(set(cols)) != len(cols):
@@ -124,7 +134,7 @@ def restore_moments(Z: np.ndarray, X: np.ndarray) -> np.ndarray:
     """``Z`` mapped affinely to the sample mean vector and covariance matrix of ``X``:
     ``mean(X) + (Z - mean(Z)) @ Sz^(-1/2) @ Sx^(1/2)`` (symmetric roots), whose covariance is
     ``Sx^(1/2) Sz^(-1/2) Sz Sz^(-1/2) Sx^(1/2) = Sx`` when ``Sz`` spans what ``Sx`` spans (the
-    noise of ``restr`` lies in the span of ``Sx``; directions with no variance, such as an exact
+    noise of ``exact-moments`` lies in the span of ``Sx``; directions with no variance, such as an exact
     linear relation between columns, stay without it). Computed on columns divided by
     :func:`scales` of ``X``, and scaled back."""
     d = scales(X)
@@ -154,7 +164,7 @@ def add_noise(X: np.ndarray, method: str, noise: float, rng: np.random.Generator
     Z = X + E * sd
     if method == "correlated":
         return Z
-    if method == "restr":
+    if method == "exact-moments":
         return restore_moments(Z, X)
     raise InputError(f"noise: unknown method {method!r}; one of {', '.join(METHODS)}")
 
@@ -163,16 +173,17 @@ class Noise(Algorithm):
     name = "noise"
     version = __version__
     description = ("Noise addition on continuous columns (sdcMicro addNoise): additive (sd = noise % of each "
-                   "column's sd), correlated (covariance = noise % of the columns'), restr (correlated, then "
+                   "column's sd), correlated (covariance = noise % of the columns'), exact-moments (correlated, then "
                    "means and covariance restored exactly).")
     params = (
-        Param("columns", "list", items="str", help="the numeric columns to noise"),
+        Param("columns", "list", items="str", default=None, nullable=True,
+              help="the numeric columns to noise (default: the continuous quasi-identifiers)"),
         Param("method", "str", default="additive", choices=METHODS,
               help="additive: independent per column; correlated: covariance proportional to the columns'; "
-                   "restr: correlated, then means and covariance restored exactly"),
+                   "exact-moments: correlated, then means and covariance restored exactly"),
         Param("noise", "float", default=150.0, min=0,
               help="amount of noise in percent (sdcMicro's default 150): of each column's sd for additive, "
-                   "of the covariance matrix for correlated and restr"),
+                   "of the covariance matrix for correlated and exact-moments"),
     )
     per_fragment = False
 
@@ -182,16 +193,16 @@ class Noise(Algorithm):
             raise InputError(f"noise needs at least 2 records to estimate standard deviations; the table has "
                              f"{table.num_rows}")
 
-    def perturbs(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    def perturbs(self, params: Mapping[str, Any], table: TypedTable | None = None) -> dict[str, dict[str, Any]]:
         method, noise = params["method"], float(params["noise"])
         what: dict[str, Any] = {"kind": "noise", "method": method, "noise": noise, "rounded": False}
         if method == "additive":
             what.update(distribution="normal", relative_sd=noise / 100)
         else:
             what.update(distribution="multivariate normal", relative_covariance=noise / 100)
-        if method == "restr":
+        if method == "exact-moments":
             what.update(restored=["mean", "covariance"])
-        cols = list(params["columns"])
+        cols = list(params["columns"]) if params["columns"] is not None else default_columns(table, self.name)
         return {c: dict(what, columns=list(cols)) if method != "additive" else dict(what) for c in cols}
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:

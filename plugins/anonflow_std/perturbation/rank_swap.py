@@ -34,7 +34,7 @@ import pyarrow as pa
 from anonflow.api import Algorithm, InputError, Param, StepContext, TypedTable
 
 from .. import __version__
-from .noise import numeric_columns, publish_columns
+from .noise import default_columns, numeric_columns, publish_columns
 
 
 def max_rank_distance(p: float, n: int) -> int:
@@ -76,7 +76,8 @@ class RankSwap(Algorithm):
     description = ("Rank swapping (Moore; sdcMicro rankSwap), block-pair variant: per column, values exchanged "
                    "in random pairs whose ranks differ by at most p % of the records.")
     params = (
-        Param("columns", "list", items="str", help="the numeric columns to swap (each on its own)"),
+        Param("columns", "list", items="str", default=None, nullable=True,
+              help="the numeric columns to swap, each on its own (default: the continuous quasi-identifiers)"),
         Param("p", "float", min=0, max=100,
               help="the most a value may move, in percent of the records' ranks (sdcMicro's P)"),
     )
@@ -85,9 +86,10 @@ class RankSwap(Algorithm):
     def check(self, params: Mapping[str, Any], table: TypedTable, **_: Any) -> None:
         numeric_columns(table, params["columns"], self.name)
 
-    def perturbs(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    def perturbs(self, params: Mapping[str, Any], table: TypedTable | None = None) -> dict[str, dict[str, Any]]:
         what = {"kind": "swap", "method": "rank-swap", "variant": "block-pair", "p": float(params["p"])}
-        return {c: dict(what) for c in params["columns"]}
+        cols = params["columns"] if params["columns"] is not None else default_columns(table, self.name)
+        return {c: dict(what) for c in cols}
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
         cols = numeric_columns(table, params["columns"], self.name)

@@ -102,7 +102,7 @@ class Shuffle(Algorithm):
         if table.num_rows < 3:
             raise InputError(f"shuffle needs at least 3 records; the table has {table.num_rows}")
 
-    def perturbs(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    def perturbs(self, params: Mapping[str, Any], table: TypedTable | None = None) -> dict[str, dict[str, Any]]:
         what = {"kind": "swap", "method": "shuffle", "variant": params["method"], "columns": list(params["columns"]),
                 "given": list(params["given"]), "correlation": "spearman"}
         return {c: dict(what) for c in params["columns"]}

@@ -1,4 +1,4 @@
-"""The ``noise`` algorithm (sdcMicro's addNoise: additive, correlated, restr): formulas on
+"""The ``noise`` algorithm (sdcMicro's addNoise: additive, correlated, exact-moments): formulas on
 hand-computed arrays, properties on the Census data checked with numpy written here, the
 workflow run through the CLI (byte-identical repeats, another seed differs) and bad input."""
 
@@ -96,24 +96,24 @@ def test_restore_moments_gives_the_mean_and_covariance_of_the_original():
     assert np.allclose(np.cov(Y, rowvar=False), np.cov(X, rowvar=False))
 
 
-def test_restr_keeps_the_covariance_of_columns_of_very_different_sizes():
+def test_exact_moments_keeps_the_covariance_of_columns_of_very_different_sizes():
     # an income-like column (sd 1e6) beside a share (sd 1e-3): variances 1e12 and 1e-6, 18 orders apart; the
     # share's variance must be restored too (it is no rounding noise of the income's)
     rng = np.random.default_rng(6)
     X = np.column_stack([rng.normal(5e6, 1e6, 200), rng.normal(0.5, 1e-3, 200)])
     X[:, 1] += 1e-10 * X[:, 0]
-    Y = add_noise(X, "restr", 100.0, np.random.default_rng(1))
+    Y = add_noise(X, "exact-moments", 100.0, np.random.default_rng(1))
     Sx, Sy = np.cov(X, rowvar=False), np.cov(Y, rowvar=False)
     assert np.allclose(Sy, Sx, rtol=1e-9, atol=0)
     assert np.allclose(Y.mean(axis=0), X.mean(axis=0), rtol=1e-12)
 
 
-def test_restr_keeps_an_exact_linear_relation_between_columns():
+def test_exact_moments_keeps_an_exact_linear_relation_between_columns():
     # x3 = x1 + x2 exactly: the covariance is singular, the noise lies in its span, and so does the result
     rng = np.random.default_rng(4)
     X = rng.normal(size=(40, 2))
     X = np.column_stack([X, X.sum(axis=1)])
-    Y = add_noise(X, "restr", 150.0, np.random.default_rng(0))
+    Y = add_noise(X, "exact-moments", 150.0, np.random.default_rng(0))
     assert np.allclose(Y[:, 2], Y[:, 0] + Y[:, 1])
     assert np.allclose(np.cov(Y, rowvar=False), np.cov(X, rowvar=False))
     assert not np.allclose(Y, X)
@@ -151,9 +151,9 @@ def test_correlated_noise_preserves_the_covariance_in_expectation_on_census():
     assert np.abs(mean / np.outer(d, d) - corr).max() < 0.01
 
 
-def test_restr_keeps_means_and_covariance_exactly_on_census():
+def test_exact_moments_keeps_means_and_covariance_exactly_on_census():
     df = census()
-    out = run({"columns": CENSUS_QI, "method": "restr", "noise": 150}, census_table(), seed=5).data.to_pandas()
+    out = run({"columns": CENSUS_QI, "method": "exact-moments", "noise": 150}, census_table(), seed=5).data.to_pandas()
     X, Y = df[CENSUS_QI].to_numpy(dtype=float), out[CENSUS_QI].to_numpy()
     scale = np.abs(np.cov(X, rowvar=False)).max()
     assert np.abs(Y.mean(axis=0) - X.mean(axis=0)).max() < 1e-6 * np.abs(X).max()
@@ -178,8 +178,8 @@ def test_declaration():
     assert Noise().perturbs(p) == {
         c: {"kind": "noise", "method": "additive", "noise": 150.0, "rounded": False, "distribution": "normal",
             "relative_sd": 1.5} for c in ("a", "b")}
-    p = validate_params(Noise.params, {"columns": ["a", "b"], "method": "restr", "noise": 20})
-    assert Noise().perturbs(p)["a"] == {"kind": "noise", "method": "restr", "noise": 20.0, "rounded": False,
+    p = validate_params(Noise.params, {"columns": ["a", "b"], "method": "exact-moments", "noise": 20})
+    assert Noise().perturbs(p)["a"] == {"kind": "noise", "method": "exact-moments", "noise": 20.0, "rounded": False,
                                         "distribution": "multivariate normal", "relative_covariance": 0.2,
                                         "restored": ["mean", "covariance"], "columns": ["a", "b"]}
 
@@ -264,7 +264,7 @@ def test_bad_parameters_fail_in_one_line():
     with pytest.raises(ParamError, match="parameter 'noise'"):
         validate_params(Noise.params, {"columns": ["a"], "noise": -1})
     with pytest.raises(ParamError, match="parameter 'columns'"):
-        validate_params(Noise.params, {})
+        validate_params(Noise.params, {"columns": "AGI"})
     table = typed_table({"x": [1.0, 2.0, 3.0], "s": ["a", "b", "c"], "m": [1.0, None, 2.0]})
     for columns, message in ((["y"], "'y', which is not a column"), (["s"], "column 's' .* not numbers"),
                              ([], "'columns' is empty"), (["x", "x"], "names 'x' twice")):
@@ -292,3 +292,19 @@ def test_cli_refuses_bad_parameters_in_one_line(cli, tmp_path, with_, message):
     assert res.exit_code == 2
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], res.output
+
+
+def test_without_columns_the_continuous_quasi_identifiers_are_noised_and_declared():
+    from anonflow_std.perturbation.rank_swap import RankSwap
+
+    t = typed_table({"a": [1.0, 2.0, 3.0, 4.0], "b": [5.0, 1.0, 2.0, 8.0], "c": ["x", "y", "x", "y"],
+                     "d": [1.0, 1.0, 2.0, 3.0]}, quasi={"a": "continuous", "b": "continuous", "c": "nominal"})
+    p = validate_params(Noise.params, {"noise": 10})
+    assert list(Noise().perturbs(p, t)) == ["a", "b"]
+    out = run({"noise": 10}, t, seed=1).data.to_pandas()
+    assert (out["a"] != [1.0, 2.0, 3.0, 4.0]).all() and out["d"].tolist() == [1.0, 1.0, 2.0, 3.0]
+    assert list(RankSwap().perturbs(validate_params(RankSwap.params, {"p": 50}), t)) == ["a", "b"]
+    none = typed_table({"c": ["x", "y"]}, quasi={"c": "nominal"})
+    with pytest.raises(InputError, match="noise: the table has no continuous quasi-identifier; name the numeric "
+                                         "columns to change with 'columns: \\[...\\]'"):
+        run({"noise": 10}, none, seed=1)
