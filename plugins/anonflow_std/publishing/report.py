@@ -585,7 +585,7 @@ def render(info: RunInfo, registry: Any) -> str:
     if perturbed:
         ptext = ('<p id="perturbations"><strong>Values changed by perturbation.</strong> Each step below changed the '
                  "values of its columns at random or by rule; what it guarantees is its parameters, as declared "
-                 "(no class-based claim: its records are classes of one):</p><ul>"
+                 "(a perturbation makes no class-based claim of its own):</p><ul>"
                  + "".join(f"<li><code>{_e(p['step'])}</code> ({_e(p['uses'])} {_e(p['plugin_version'])}): "
                            f"{_e(perturbation_text(p['columns']))}</li>" for p in perturbed) + "</ul>")
     parts.append('<section id="privacy"><h2>Privacy guarantees</h2>'
