@@ -42,6 +42,10 @@ from .. import __version__
 #: tolerance of a given matrix row's sum (sdcMicro uses the machine epsilon, too strict for
 #: probabilities written as decimals)
 ROW_SUM_TOLERANCE = 1e-9
+#: the most cells (strata x categories x categories) of one column's transition matrices: beyond,
+#: the step is refused in one line (a column of 20,000 distinct values would need 3.2 GB)
+MAX_MATRIX_CELLS = 25_000_000
+
 #: the largest number of categories whose realised matrices are recorded in the step's fitted
 FITTED_CATEGORIES = 50
 #: ... and the most matrix cells (over all strata) recorded per column
@@ -354,6 +358,11 @@ class Pram(Algorithm):
             original = original.combine_chunks() if isinstance(original, pa.ChunkedArray) else original
             dictionary, codes = _categories(table, original)
             L = len(dictionary)
+            if S * L * L > MAX_MATRIX_CELLS:
+                raise InputError(f"pram: column {col!r} has {L} categories" + (f" in {S} strata" if strata else "")
+                                 + f": its transition matrices would hold {S * L * L:,} cells (at most "
+                                 f"{MAX_MATRIX_CELLS:,}); PRAM is for categorical columns of few categories: recode "
+                                 "it first (global-recode) or use fewer strata")
             keys = value_keys(dictionary).to_pylist()
             if col in given:
                 M = self._given(given[col], keys, col)

@@ -142,6 +142,10 @@ def _standardized(x: np.ndarray) -> np.ndarray | None:
     return (x - float(known.mean())) / sd
 
 
+#: the most predictors pmse's logistic model may have: Newton's method holds a square matrix of them
+MAX_PREDICTORS = 2_000
+
+
 def design_matrix(original: TypedTable, released: TypedTable, columns: list[str], metric: str = "pmse",
                   model: str = "squares") -> Any:
     """The stacked records (original first, then released) as a matrix of predictors: a numeric
@@ -183,6 +187,13 @@ def design_matrix(original: TypedTable, released: TypedTable, columns: list[str]
         col = rank[codes]
         rows = np.flatnonzero(col >= 0)
         onehot.append(sparse.csr_matrix((np.ones(rows.size), (rows, col[rows])), shape=(N, present.size - 1)))
+    d = len(numeric)
+    width = (d + len(indicators) + sum(m.shape[1] for m in onehot) + (d if model in ("squares", "quadratic") else 0)
+             + (d * (d - 1) // 2 if model == "quadratic" else 0))
+    if width > MAX_PREDICTORS:
+        raise InputError(f"{metric}: the model would have {width:,} predictors (at most {MAX_PREDICTORS:,}; the fit "
+                         "holds a square matrix of them): name fewer columns, recode columns of many categories, or "
+                         "use model: linear")
     extra: list[np.ndarray] = []
     if model in ("squares", "quadratic"):
         extra += [z * z for z in numeric]

@@ -482,3 +482,13 @@ def test_default_columns_are_declared_from_the_input(cli, tmp_path):
     pramed = next(s for s in json.loads(res.output)["steps"] if s["step"] == "pramed")
     assert sorted(pramed["perturbs"]) == ["education", "marital-status", "occupation"]
     assert {w["kind"] for w in pramed["perturbs"].values()} == {"randomize"}
+
+
+def test_a_column_of_too_many_categories_is_refused_before_its_matrices_are_built(monkeypatch):
+    import anonflow_std.perturbation.pram as pram_module
+
+    monkeypatch.setattr(pram_module, "MAX_MATRIX_CELLS", 8)  # 3 categories: 9 cells
+    t = typed_table({"x": ["a", "b", "c", "a"]}, quasi={"x": "nominal"})
+    with pytest.raises(InputError, match=r"pram: column 'x' has 3 categories: its transition matrices would hold 9 "
+                                         r"cells \(at most 8\); PRAM is for categorical columns of few categories"):
+        PRAM.run(t, validate_params(PRAM.params, {"columns": ["x"]}), make_context(seed=1))

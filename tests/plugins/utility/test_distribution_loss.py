@@ -301,3 +301,13 @@ def test_bad_measures_fail_in_one_line_through_the_cli(cli, tmp_path):
         res = cli("run", wf, "--db", tmp_path / "s.duckdb")
         assert res.exit_code == code, res.output
         assert message in res.output and res.output.strip().count("\n") == 0, res.output
+
+
+def test_pmse_refuses_a_model_too_wide_to_fit(monkeypatch):
+    import anonflow_std.utility.distribution_loss as module
+
+    monkeypatch.setattr(module, "MAX_PREDICTORS", 3)
+    t = nominal(x=["a", "b", "c", "d", "e", "a"])  # 5 values: 4 one-hot columns beside the intercept
+    with pytest.raises(InputError, match=r"pmse: the model would have 4 predictors \(at most 3; the fit holds a "
+                                         r"square matrix of them\)"):
+        compute(Pmse(), t, t, columns=["x"])
