@@ -46,6 +46,10 @@ ROW_SUM_TOLERANCE = 1e-9
 #: the step is refused in one line (a column of 20,000 distinct values would need 3.2 GB)
 MAX_MATRIX_CELLS = 25_000_000
 
+#: the largest combined stratum code (the product of the strata columns' value counts, each plus
+#: one for null): beyond, int64 codes would overflow, so the step is refused
+MAX_STRATA_CODE = 2 ** 62
+
 #: the largest number of categories whose realised matrices are recorded in the step's fitted
 FITTED_CATEGORIES = 50
 #: ... and the most matrix cells (over all strata) recorded per column
@@ -227,9 +231,14 @@ def _strata(table: TypedTable, strata: list[str]) -> tuple[np.ndarray, list[list
         return np.zeros(n, dtype=np.int64), [[]]
     key = np.zeros(n, dtype=np.int64)
     dicts = []
+    span = 1
     for name in strata:
         dictionary, indices = value_codes(table.column(name))
         keys = value_keys(dictionary)
+        span *= len(keys) + 1
+        if span > MAX_STRATA_CODE:  # the combined code would overflow: far more strata than records anyway
+            raise InputError(f"pram: the strata columns {', '.join(map(repr, strata))} have too many combinations "
+                             f"of values to number ({span:.3g}); stratify by fewer or coarser columns")
         order = np.asarray(pc.array_sort_indices(keys, null_placement="at_end").to_numpy(zero_copy_only=False),
                            dtype=np.int64)
         rank = np.empty(order.size + 1, dtype=np.int64)

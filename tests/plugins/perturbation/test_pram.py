@@ -492,3 +492,13 @@ def test_a_column_of_too_many_categories_is_refused_before_its_matrices_are_buil
     with pytest.raises(InputError, match=r"pram: column 'x' has 3 categories: its transition matrices would hold 9 "
                                          r"cells \(at most 8\); PRAM is for categorical columns of few categories"):
         PRAM.run(t, validate_params(PRAM.params, {"columns": ["x"]}), make_context(seed=1))
+
+
+def test_strata_whose_combinations_cannot_be_numbered_are_refused(monkeypatch):
+    import anonflow_std.perturbation.pram as pram_module
+
+    monkeypatch.setattr(pram_module, "MAX_STRATA_CODE", 8)  # (2 + 1) * (2 + 1) = 9 combinations
+    t = typed_table({"x": ["a", "b", "a", "b"], "s": ["u", "v", "u", "v"], "r": ["p", "q", "q", "p"]},
+                    quasi={"x": "nominal", "s": "nominal", "r": "nominal"})
+    with pytest.raises(InputError, match=r"pram: the strata columns 's', 'r' have too many combinations of values"):
+        PRAM.run(t, validate_params(PRAM.params, {"columns": ["x"], "strata": ["s", "r"]}), make_context(seed=1))
