@@ -9,7 +9,10 @@ metric reads and its sensitivity grading), :func:`typed_input` and :func:`check_
 (a metric's ``check``), :data:`EPS` (the tolerance of a frequency bound c <= alpha * n);
 :func:`aligned` (two inputs hold the same records in ``_row`` order), :func:`numeric_columns`
 (the columns a record-by-record numeric metric compares) and :func:`numeric_values` (those
-columns as numbers, failing in one line on generalized labels)."""
+columns as numbers, failing in one line on generalized labels).
+
+For algorithms that change some columns of every record (microaggregation, perturbation):
+:func:`replace_columns`."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from anonflow.api import (MISSING_CATEGORY, ROW, Grading, InputError, Partition, StepContext, TypedTable,
+from anonflow.api import (CLASS, MISSING_CATEGORY, ROW, Grading, InputError, Partition, StepContext, TypedTable,
                           generalization, numeric_column, sql_ident)
 
 from .distance import record_distances
@@ -303,3 +306,24 @@ def numeric_values(table: TypedTable, columns: list[str], metric: str) -> np.nda
         hint = GENERALIZED_HINT if generalization(table, name) else TEXT_HINT
         out[:, j] = numeric_column(table, name, metric=metric, hint=hint)
     return out
+
+
+def replace_columns(table: TypedTable, new: Mapping[str, pa.Array], classes: pa.Array,
+                    ctx: StepContext | None = None) -> TypedTable:
+    """``table`` with the columns ``new`` replaced (arrays in the table's record order) and
+    ``classes`` as its ``_class`` column. A table in the store stays there: the new columns are
+    joined to it by position (DuckDB ``POSITIONAL JOIN``), never read into memory whole."""
+    gen = {**new, CLASS: classes}
+    if ctx is not None and ctx.derive is not None and not table.loaded:
+        select = ", ".join(f"g.{sql_ident(c)}" if c in new else f"t.{sql_ident(c)}"
+                           for c in table.columns if c != CLASS)
+        out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
+                         base=table, gen=pa.table(gen))
+        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored)
+    data = table.data
+    if CLASS in data.column_names:
+        data = data.drop_columns([CLASS])
+    for name, values in new.items():
+        data = data.set_column(data.column_names.index(name), name, values)
+    return table.replace(data=data.append_column(CLASS, classes))
+

@@ -14,10 +14,10 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable, sql_ident
+from anonflow.api import CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable
 
 from .. import __version__
-from ..common.columns import continuous_quasi, standardization, zscores
+from ..common.columns import continuous_quasi, replace_columns, standardization, zscores
 from .grey_similarity import Grey
 from .kernels import mdav_partition, vmdav_partition
 from .leaf_index import Euclidean
@@ -29,22 +29,9 @@ def publish_group_means(table: TypedTable, columns: list[str], X: np.ndarray, la
     """Replace each column by its group mean (original units) and add the ``_class`` column.
     A table in the store stays there: the means and classes are joined to it by position."""
     counts = np.bincount(labels)
-    if ctx is not None and ctx.derive is not None and not table.loaded:
-        new = {name: pa.array((np.bincount(labels, weights=X[:, j], minlength=counts.size) / counts)[labels],
-                              type=pa.float64()) for j, name in enumerate(columns)}
-        new[CLASS] = pa.array(labels, type=pa.int64())
-        select = ", ".join(f"g.{sql_ident(c)}" if c in new else f"t.{sql_ident(c)}"
-                           for c in table.columns if c != CLASS)
-        out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
-                         base=table, gen=pa.table(new))
-        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored)
-    data = table.data
-    if CLASS in data.column_names:
-        data = data.drop_columns([CLASS])
-    for j, name in enumerate(columns):
-        means = np.bincount(labels, weights=X[:, j], minlength=counts.size) / counts
-        data = data.set_column(data.column_names.index(name), name, pa.array(means[labels], type=pa.float64()))
-    return table.replace(data=data.append_column(CLASS, pa.array(labels, type=pa.int64())))
+    new = {name: pa.array((np.bincount(labels, weights=X[:, j], minlength=counts.size) / counts)[labels],
+                          type=pa.float64()) for j, name in enumerate(columns)}
+    return replace_columns(table, new, pa.array(labels, type=pa.int64()), ctx)
 
 
 K = Param("k", "int", min=2, help="minimum group size")

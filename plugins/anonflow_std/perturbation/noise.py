@@ -28,10 +28,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import (CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable, generalization,
-                          sql_ident)
+from anonflow.api import CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable, generalization
 
 from .. import __version__
+from ..common.columns import replace_columns
 
 METHODS = ("additive", "correlated", "exact-moments")
 
@@ -91,22 +91,7 @@ def publish_columns(table: TypedTable, new: Mapping[str, pa.Array], ctx: StepCon
     """``table`` with the columns ``new`` replaced (same record order) and ``_class`` =
     0 .. n-1 (each record its own class; the engine renumbers classes by published values).
     A table in the store stays there: the new columns are joined to it by position."""
-    n = table.num_rows
-    new = dict(new)
-    new[CLASS] = pa.array(np.arange(n, dtype=np.int64))
-    if ctx is not None and ctx.derive is not None and not table.loaded:
-        select = ", ".join(f"g.{sql_ident(c)}" if c in new else f"t.{sql_ident(c)}"
-                           for c in table.columns if c != CLASS)
-        out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
-                         base=table, gen=pa.table(new))
-        return TypedTable(None, table.typing, table.claims, table.hierarchies, stored=out.stored)
-    data = table.data
-    if CLASS in data.column_names:
-        data = data.drop_columns([CLASS])
-    for name, values in new.items():
-        if name != CLASS:
-            data = data.set_column(data.column_names.index(name), name, values)
-    return table.replace(data=data.append_column(CLASS, new[CLASS]))
+    return replace_columns(table, new, pa.array(np.arange(table.num_rows, dtype=np.int64)), ctx)
 
 
 # -- the formulas ------------------------------------------------------------------------------

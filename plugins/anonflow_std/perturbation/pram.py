@@ -35,9 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from anonflow.api import (CLASS, MISSING_CATEGORY, ROW, Algorithm, InputError, Param, StepContext, TypedTable,
-                          generalization, sql_ident, value_codes, value_keys)
+                          generalization, value_codes, value_keys)
 
 from .. import __version__
+from .noise import publish_columns
 
 #: tolerance of a given matrix row's sum (sdcMicro uses the machine epsilon, too strict for
 #: probabilities written as decimals)
@@ -483,21 +484,7 @@ class Pram(Algorithm):
     @staticmethod
     def _publish(table: TypedTable, new_columns: dict[str, pa.Array], ctx: StepContext) -> TypedTable:
         """The input with the changed columns replaced and ``_class`` = each record its own."""
-        n = table.num_rows
-        classes = pa.array(np.arange(n, dtype=np.int64))
-        if ctx.derive is not None and not table.loaded:
-            gen = pa.table({**new_columns, CLASS: classes})
-            select = ", ".join(f"g.{sql_ident(c)}" if c in new_columns else f"t.{sql_ident(c)}"
-                               for c in table.columns if c != CLASS)
-            out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
-                             base=table, gen=gen)
-            return TypedTable(None, table.typing, {}, table.hierarchies, stored=out.stored)
-        data = table.data
-        if CLASS in data.column_names:
-            data = data.drop_columns([CLASS])
-        for name, values in new_columns.items():
-            data = data.set_column(data.column_names.index(name), name, values)
-        return table.replace(data=data.append_column(CLASS, classes), claims={})
+        return publish_columns(table, new_columns, ctx)
 
 
 PLUGINS = [Pram()]
