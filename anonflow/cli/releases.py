@@ -15,7 +15,7 @@ from .. import egress
 from ..errors import InputError
 from ..session import Session
 from ..sources import recorded_in_memory
-from .shared import echo_json, guard, release_publisher
+from .shared import echo_json, guard, printable, release_publisher
 
 
 @click.command()
@@ -77,7 +77,8 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
     else:
         for item in result["findings"]:
             if not item["ok"] or item.get("show"):
-                click.echo(f"{'ok  ' if item['ok'] else 'FAIL'}  {item['what']}: {item['detail']}")
+                # a finding quotes the release's own fields: a forged one must not drive the terminal
+                click.echo(f"{'ok  ' if item['ok'] else 'FAIL'}  {printable(item['what'])}: {printable(item['detail'])}")
         bad = sum(not i["ok"] for i in result["findings"])
         if result["ok"]:
             same_tables = (result.get("rerun") or {}).get("verdict") == "same-tables-different-code"

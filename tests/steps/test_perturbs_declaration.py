@@ -162,3 +162,20 @@ def test_a_release_without_perturbation_says_nothing_of_it(cli, project):
     assert all("perturbs" not in s for s in json.loads((release / "manifest.json").read_text())["steps"])
     checked = cli("verify", release, "--json")
     assert not [i for i in json.loads(checked.output)["findings"] if i["what"].startswith("perturbation")]
+
+
+def test_a_forged_declaration_cannot_drive_the_terminal_through_verify(cli, project):
+    from anonflow_std.publishing.manifest import integrity
+
+    res = _run(cli, project, Jitter(), CHAIN, "--json")
+    assert res.exit_code == 0, res.output
+    path = project / "out" / "release" / "manifest.json"
+    m = json.loads(path.read_text())
+    step = next(s for s in m["steps"] if s["step"] == "noised")
+    step["perturbs"]["AGI"]["method"] = "\x1b[2J\x1b]0;pwned\x07"  # clear the screen, retitle the window
+    m["integrity"] = integrity(m)  # a forger recomputes the digests
+    path.write_text(json.dumps(m))
+    shown = cli("verify", project / "out" / "release")
+    assert "\x1b" not in shown.output and "\x07" not in shown.output
+    assert "method \\x1b[2J\\x1b]0;pwned\\x07" in shown.output, shown.output
+
