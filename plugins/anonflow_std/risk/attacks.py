@@ -24,10 +24,11 @@ The attacks (anonymeter's ``linkability_evaluator.py`` and ``inference_evaluator
   record, the ``n_neighbors`` released records nearest on ``aux_a`` and those nearest on
   ``aux_b``; the attack succeeds when the two sets share a record.
 * inference: the attacker knows ``aux`` of a record and guesses its ``secret`` as the secret of
-  the released record nearest on ``aux``; a categorical guess succeeds when it equals the
-  secret (a missing secret guessed missing counts), a numeric one when
-  ``|guess - secret| <= tolerance * |guess|`` (anonymeter's ``|g - s| / (g + 1e-12)``, which
-  for a negative guess counts every guess right; we take the guess's absolute value).
+  the released record nearest on ``aux``; a guess succeeds when it equals the secret (a
+  missing secret guessed missing counts) or, with ``regression`` (by default when the secret
+  is numeric: anonymeter 1.0's default; anonymeter 1.1 defaults to exact comparison), when
+  ``|guess - secret| / (|guess| + 1e-12) <= tolerance`` (anonymeter divides by ``guess +
+  1e-12``, which for a negative guess counts every guess right; we take its absolute value).
 
 Distance (anonymeter's ``MixedTypeKNeighbors``): over the named columns, the sum of ``|a - b| /
 range`` for a numeric column (the range over the released records and the attacked records
@@ -50,8 +51,9 @@ quicksort order, which we cannot reproduce vectorized; its results differ from o
 distances tie exactly).
 
 Sampling: ``n_attacks`` records (without replacement) of the targets and of the control set
-each, drawn from ``ctx.rng`` in that order, then the baseline's draws; by default every record
-is attacked (each set's rate over its own size).  The baseline is anonymeter's random guesser:
+each, drawn from ``ctx.rng`` in that order, then the baseline's draws; by default, and in a set
+of at most ``n_attacks`` records, every record is attacked (each set's rate over its own number
+of attacks, as anonymeter 1.1 does).  The baseline is anonymeter's random guesser:
 ``n_neighbors`` random released records per half (linkability), a random released record's
 secret (inference); it is reported, not used in the risk.
 """
@@ -309,7 +311,8 @@ CONTROL = Param("control", "step", default=None, nullable=True,
                 help="the source or step holding the control records: original records of the same population "
                      "NOT used to make the release (required)")
 N_ATTACKS = Param("n_attacks", "int", default=None, nullable=True, min=1,
-                  help="records attacked in the targets and in the control set each, drawn at random (default: all)")
+                  help="records attacked in the targets and in the control set each, drawn at random (default, or "
+                       "more than a set holds: all of its records)")
 CONFIDENCE = Param("confidence", "float", default=0.95, above=0.0, max=0.999999,
                    help="confidence level of the interval on the risk")
 
@@ -324,13 +327,13 @@ def control_table(params: Mapping[str, Any], ctx: StepContext, metric: str) -> T
 
 
 def pick(rng: np.random.Generator, n: int, n_attacks: int | None, what: str, metric: str) -> np.ndarray | None:
-    """The attacked records of a set of ``n`` (None: all of them, in order)."""
+    """The attacked records of a set of ``n``: ``n_attacks`` drawn without replacement, or all of
+    them in order (None) when ``n_attacks`` is not given or not smaller than ``n`` (anonymeter
+    1.1 attacks ``min(n_attacks, n)`` records of each set)."""
     if n == 0:
         raise InputError(f"{metric}: the {what} table holds no records")
-    if n_attacks is None:
+    if n_attacks is None or n_attacks >= n:
         return None
-    if n_attacks > n:
-        raise InputError(f"{metric}: n_attacks = {n_attacks} is larger than the {what} table ({n} records)")
     return np.sort(rng.choice(n, size=n_attacks, replace=False))
 
 

@@ -233,7 +233,6 @@ def test_refusals_are_one_line():
         (lk, dict(aux_a=["x"]), rel, "needs aux_b"),
         (lk, dict(aux_a=["x"], aux_b=["x", "y"]), rel, "aux_a and aux_b share"),
         (lk, dict(aux_a=["x"], aux_b=["nope"]), rel, "column 'nope' is not in the released table"),
-        (lk, dict(aux_a=["x"], aux_b=["y"], n_attacks=5), rel, "n_attacks = 5 is larger than the original"),
         (inf, dict(aux=["x"], secret="s"), None, "needs a control set"),
         (inf, dict(aux=["x", "s"], secret="s"), rel, "the secret 's' is among the aux"),
         (inf, dict(aux=["x"], secret="s", regression=True), rel, "regression: true needs a numeric secret"),
@@ -326,6 +325,10 @@ def test_sampled_attacks_are_seeded():
     r3, _ = run_metric(LinkabilityRisk(), T, rel, C, seed=2, **params)
     assert r1 == r2 and r1["linkability-risk.attacks"] == 200
     assert r3 != r1
+    # more attacks than records: every record, as without n_attacks (anonymeter 1.1's min(n_attacks, n))
+    r4, _ = run_metric(LinkabilityRisk(), T, rel, C, seed=1, **{**params, "n_attacks": 5000})
+    r5, _ = run_metric(LinkabilityRisk(), T, rel, C, seed=1, **{**params, "n_attacks": None})
+    assert r4["linkability-risk.attacks"] == 540 and r4["linkability-risk"] == r5["linkability-risk"]
 
 
 # -- through the CLI ----------------------------------------------------------------------
