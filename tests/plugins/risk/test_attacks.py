@@ -1,4 +1,5 @@
-"""``linkability-risk`` and ``inference-risk`` (anonymeter's attacks with a control set):
+"""``linkability-risk``, ``inference-risk`` and ``singling-out-risk`` (anonymeter's attacks with a
+control set):
 hand-computed examples of the distance, the neighbour search, the success counting and the
 risk with its Wilson interval (the arithmetic in comments); the search against a literal
 double loop over anonymeter's distance; property tests on sdcMicro's Census and on Adult (the
@@ -20,6 +21,7 @@ from anonflow.params import validate_params
 from anonflow.testing import make_context, typed_table
 from anonflow_std.risk.attacks import (InferenceRisk, LinkabilityRisk, attack_risk, encode, inference_successes,
                                        link_successes, nearest, random_subsets, scale, wilson)
+from anonflow_std.risk.attacks_singling import SinglingOutRisk
 from tests.support import data
 
 CENSUS_A = ["AFNLWGT", "AGI", "EMCONTRB"]
@@ -235,6 +237,8 @@ def test_refusals_are_one_line():
         (lk, dict(aux_a=["x"], aux_b=["nope"]), rel, "column 'nope' is not in the released table"),
         (inf, dict(aux=["x"], secret="s"), None, "needs a control set"),
         (inf, dict(aux=["x", "s"], secret="s"), rel, "the secret 's' is among the aux"),
+        (SinglingOutRisk(), dict(), None, "singling-out-risk needs a control set"),
+        (SinglingOutRisk(), dict(columns=["x", "nope"]), rel, "column 'nope' is not in the released table"),
         (inf, dict(aux=["x"], secret="s", regression=True), rel, "regression: true needs a numeric secret"),
     ]
     for metric, params, control, message in cases:
@@ -369,6 +373,7 @@ def test_workflow_with_a_filter_split_and_a_control_is_deterministic(cli, projec
                 linkability-risk: {{aux_a: [{", ".join(CENSUS_A)}], aux_b: [{", ".join(CENSUS_B)}],
                                     control: held_out, n_attacks: 300}}
                 inference-risk: {{aux: [{", ".join(CENSUS_A)}], secret: FEDTAX, control: held_out}}
+                singling-out-risk: {{columns: [{cols}], control: held_out, n_attacks: 100}}
         """))
     runs = []
     for i, seed in enumerate(("7", "7", "8")):
@@ -380,9 +385,64 @@ def test_workflow_with_a_filter_split_and_a_control_is_deterministic(cli, projec
     assert m["attacks.linkability-risk.before"] > 0.9  # the training half published unchanged
     assert m["attacks.linkability-risk.attacks"] == 300 and m["attacks.inference-risk.attacks"] == 540
     assert 0.0 <= m["attacks.linkability-risk"] <= m["attacks.linkability-risk.before"]
+    assert m["attacks.singling-out-risk.before"] > 0.9 and m["attacks.singling-out-risk.queries"] == 100
     assert runs[1] == m  # same seed: same figures
     assert runs[2] != m  # another seed: other noise and other sampled attacks
     # without control: refused in one line naming the parameter
-    wf.write_text(wf.read_text().replace(", control: held_out}", "}"))
+    wf.write_text(wf.read_text().replace("secret: FEDTAX, control: held_out}", "secret: FEDTAX}"))
     res = cli("run", wf, "--db", project / "s9.duckdb", "--out-dir", project / "out9")
     assert res.exit_code != 0 and "needs a control set: name with control:" in res.output
+
+
+# -- singling-out-risk (univariate) ----------------------------------------------------------
+
+
+def test_query_counts_by_hand():
+    from anonflow_std.risk.attacks_singling import EQ, GE, GT, LE, LT, NE, NOT_NULL, NULL, query_counts
+
+    X = np.array([[1.0], [2.0], [2.0], [np.nan], [5.0]])
+    cols = np.zeros(8, dtype=np.int64)
+    ops = np.array([EQ, NE, GT, LT, GE, LE, NULL, NOT_NULL])
+    vals = np.array([2.0, 2.0, 2.0, 2.0, 2.0, 2.0, np.nan, np.nan])
+    # == 2: 2;  != 2: 1 and 5 (the missing value matches no comparison): 2;  > 2: 1;  < 2: 1;
+    # >= 2: 3;  <= 2: 3;  is null: 1;  not null: 4
+    assert query_counts(X, cols, ops, vals).tolist() == [2, 2, 1, 1, 3, 3, 1, 4]
+
+
+def test_singling_out_by_hand():
+    from anonflow_std.risk.attacks_singling import probability_integral
+
+    rel = typed_table({"x": [1, 2, 2, 5], "c": ["a", "b", "c", "c"]})
+    # the queries singling out one released record: x <= 1, x >= 5, x == 1, x == 5 (rare values),
+    # c == a, c == b (c == c matches two): 6
+    ori = typed_table({"x": [1, 1, 3, 5], "c": ["a", "b", "b", "d"]})
+    # on the original: x <= 1 matches 2, x >= 5 1, x == 1 2, x == 5 1, c == a 1, c == b 2 -> 3 single out
+    ctl = typed_table({"x": [0, 5, 6, 7], "c": ["a", "a", "e", "f"]})
+    # on the control set: x <= 1 1, x >= 5 3, x == 1 0, x == 5 1, c == a 2, c == b 0 -> 2; 4 distinct
+    # records as in the original: no size correction
+    r, ctx = run_metric(SinglingOutRisk(), ori, rel, ctl, n_attacks=6)
+    assert r["singling-out-risk.queries"] == 6
+    assert (r["singling-out-risk.attack_successes"], r["singling-out-risk.control_successes"]) == (3, 2)
+    assert r["singling-out-risk.control_correction"] == 1.0
+    assert r["singling-out-risk.attack_rate"] == pytest.approx(wilson(3, 6, 0.95)[0], rel=1e-15)
+    # n_attacks = 2: the first 2 of the shuffled queries, the rates over 2
+    r, _ = run_metric(SinglingOutRisk(), ori, rel, ctl, n_attacks=2)
+    assert r["singling-out-risk.queries"] == 2 and r["singling-out-risk.attacks"] == 2
+    # the singling-out probability integrated over weights 0..w: (1 - (n w + 1)(1 - w)^n) / (n + 1)
+    # n = 1, w = 1: (1 - 2 * 0) / 2 = 0.5;  n = 2, w = 0.5: (1 - 2 * 0.25) / 3 = 1/6
+    np.testing.assert_allclose(probability_integral(np.array([1, 2]), 1.0)[0], 0.5)
+    np.testing.assert_allclose(probability_integral(np.array([2]), 0.5), [1 / 6])
+
+
+def test_singling_out_on_adult_as_is_and_noised():
+    train, control = adult_split()
+    T, C = table_of(train), table_of(control.iloc[:1000])  # another size: the control count is corrected
+    r, ctx = run_metric(SinglingOutRisk(), T, T, C)
+    # a query that singles out one released record singles out the same original record
+    assert r["singling-out-risk.attack_successes"] == 500 and r["singling-out-risk"] > 0.9
+    assert 0 < r["singling-out-risk.control_correction"] < 10 and "count x" in ctx.notes[0]
+    noisy = noised(train, ["age", "fnlwgt", "hours-per-week", "capital-gain", "capital-loss", "education-num"], 1.0)
+    r2, _ = run_metric(SinglingOutRisk(), T, table_of(noisy), C)
+    assert r2["singling-out-risk.ci_low"] == 0.0 and r2["singling-out-risk"] < 0.05
+    r3, _ = run_metric(SinglingOutRisk(), T, T, C)
+    assert r3 == r  # seeded: queries' order, subsamples, random guesser
