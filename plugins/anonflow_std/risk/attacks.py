@@ -72,7 +72,7 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 from .. import __version__
 
 __all__ = ["BLOCK_CELLS", "LinkabilityRisk", "InferenceRisk", "wilson", "attack_risk", "encode", "nearest",
-           "link_successes", "inference_successes"]
+           "link_successes", "inference_successes", "secret_values"]
 
 #: distances held at once by the blockwise search (8 bytes each: 32 MB)
 BLOCK_CELLS = 4_000_000
@@ -271,26 +271,29 @@ def link_successes(idx_a: np.ndarray, idx_b: np.ndarray) -> np.ndarray:
 
 def inference_successes(guesses: np.ndarray, secrets: np.ndarray, regression: bool,
                         tolerance: float) -> np.ndarray:
-    """Whether each guess is right: equal (categorical), or ``|g - s| <= tolerance (|g| + 1e-12)``
-    (numeric); a missing secret guessed missing counts right."""
-    g_missing = _missing(guesses)
-    s_missing = _missing(secrets)
-    if regression:
-        g = guesses.astype(np.float64)
-        s = secrets.astype(np.float64)
-        with np.errstate(invalid="ignore"):
-            match = np.abs(g - s) / (np.abs(g) + 1e-12) <= tolerance
-    else:
-        match = (guesses == secrets) & ~g_missing & ~s_missing
+    """Whether each guess is right: equal (categorical: both arrays hold codes), or
+    ``|g - s| / (|g| + 1e-12) <= tolerance`` (numeric); NaN is a missing value, and a missing
+    secret guessed missing counts right."""
+    g_missing = np.isnan(guesses)
+    s_missing = np.isnan(secrets)
+    with np.errstate(invalid="ignore"):
+        if regression:
+            match = np.abs(guesses - secrets) / (np.abs(guesses) + 1e-12) <= tolerance
+        else:
+            match = guesses == secrets
     return match | (g_missing & s_missing)
 
 
-def _missing(values: np.ndarray) -> np.ndarray:
-    if values.dtype.kind == "f":
-        return np.isnan(values)
-    if values.dtype.kind == "O":
-        return np.array([v is None for v in values], dtype=bool) if values.size else np.zeros(0, bool)
-    return np.zeros(values.shape, dtype=bool)
+def secret_values(arrays: Sequence[pa.Array], regression: bool) -> list[np.ndarray]:
+    """The secret column of each table as float64: numbers, or codes of a dictionary shared by
+    all the tables; NaN where a value is missing."""
+    if regression:
+        return [np.asarray(pc.cast(a, pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
+                for a in arrays]
+    text = [a.cast(pa.string()) for a in arrays]
+    codes = pc.dictionary_encode(pa.chunked_array(text, type=pa.string())).combine_chunks().indices
+    codes = np.asarray(pc.cast(codes, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+    return list(np.split(codes, np.cumsum([len(a) for a in arrays])[:-1]))
 
 
 def random_subsets(rng: np.random.Generator, n_rows: int, population: int, k: int) -> np.ndarray:
@@ -443,12 +446,7 @@ class InferenceRisk(Metric):
         elif regression and numeric != {True}:
             raise InputError(f"{self.name}: regression: true needs a numeric secret, and {secret!r} is not numeric "
                              "in every table")
-        if regression:
-            R_s, T_s, C_s = (np.asarray(pc.cast(v, pa.float64(), safe=False).to_numpy(zero_copy_only=False),
-                                        dtype=np.float64) for v in values)
-        else:
-            R_s, T_s, C_s = (np.asarray(v.cast(pa.string()).to_numpy(zero_copy_only=False), dtype=object)
-                             for v in values)
+        R_s, T_s, C_s = secret_values(values, regression)
         n_att = params.get("n_attacks")
         t_pick = pick(ctx.rng, original.num_rows, n_att, "original", self.name)
         c_pick = pick(ctx.rng, control.num_rows, n_att, "control", self.name)

@@ -164,7 +164,7 @@ class SinglingOutRisk(Metric):
         Param("columns", "list", items="str", default=None, nullable=True,
               help="the columns queried (default: every column the three tables share)"),
         CONTROL,
-        Param("n_attacks", "int", default=500, min=1,
+        Param("n_attacks", "int", default=500, min=1, max=1_000_000,
               help="singling-out queries the attacker writes (anonymeter's default 500); the risk divides by it"),
         CONFIDENCE,
     )

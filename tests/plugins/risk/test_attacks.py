@@ -14,13 +14,14 @@ import textwrap
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from anonflow.api import InputError
 from anonflow.params import validate_params
 from anonflow.testing import make_context, typed_table
 from anonflow_std.risk.attacks import (InferenceRisk, LinkabilityRisk, attack_risk, encode, inference_successes,
-                                       link_successes, nearest, random_subsets, scale, wilson)
+                                       link_successes, nearest, random_subsets, scale, secret_values, wilson)
 from anonflow_std.risk.attacks_singling import SinglingOutRisk
 from tests.support import data
 
@@ -140,9 +141,11 @@ def test_a_link_is_a_shared_neighbour():
 
 
 def test_inference_success_exact_and_within_tolerance():
-    # categorical: equal, or both missing
-    g = np.array(["a", "b", None, None], dtype=object)
-    s = np.array(["a", "c", None, "a"], dtype=object)
+    # categorical, as codes of one dictionary over both columns (a 0, b 1, c 2; missing NaN): equal, or both
+    # missing
+    g, s = secret_values([pa.array(["a", "b", None, None]), pa.array(["a", "c", None, "a"])], False)
+    np.testing.assert_array_equal(g, [0, 1, np.nan, np.nan])
+    np.testing.assert_array_equal(s, [0, 2, np.nan, 0])
     assert inference_successes(g, s, False, 0.05).tolist() == [True, False, True, False]
     # numeric, tolerance 0.05 relative to the guess: |100 - 104| / 100 = 0.04 yes; |100 - 106| / 100 = 0.06 no;
     # guess -10, secret 50: |-10 - 50| / 10 = 6 no (anonymeter divides by -10 and says yes); NaN and NaN yes
