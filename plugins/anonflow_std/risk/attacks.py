@@ -74,7 +74,7 @@ from .. import __version__
 __all__ = ["BLOCK_CELLS", "LinkabilityRisk", "InferenceRisk", "wilson", "attack_risk", "encode", "nearest",
            "link_successes", "inference_successes", "secret_values"]
 
-#: distances held at once by the blockwise search (8 bytes each: 32 MB)
+#: distances held at once by the blockwise search (8 bytes each, two arrays: 64 MB)
 BLOCK_CELLS = 4_000_000
 #: two kd-tree distances closer than this (relative) are searched again exactly
 TIE_REL = 1e-9
@@ -187,10 +187,13 @@ def scale(candidates: np.ndarray, queries: np.ndarray, n_num: int) -> tuple[np.n
 def distances(C: np.ndarray, Q: np.ndarray, n_num: int) -> np.ndarray:
     """The ``(len(Q), len(C))`` mixed distances, summed column by column in order."""
     D = np.zeros((Q.shape[0], C.shape[0]), dtype=np.float64)
+    term = np.empty_like(D)
     for j in range(C.shape[1]):
         if j < n_num:
-            term = np.abs(Q[:, j, None] - C[None, :, j])
-            np.nan_to_num(term, copy=False, nan=1.0)
+            np.subtract(Q[:, j, None], C[None, :, j], out=term)
+            np.abs(term, out=term)
+            if np.isnan(Q[:, j]).any() or np.isnan(C[:, j]).any():
+                np.nan_to_num(term, copy=False, nan=1.0)
             D += term
         else:
             D += Q[:, j, None] != C[None, :, j]
