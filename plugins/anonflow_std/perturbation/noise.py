@@ -17,7 +17,7 @@ sdcMicro's ``ROMM`` (an n x n random orthogonal matrix), ``correlated2``, ``addi
 
 Every record is its own class; the noised columns are published as float64 (integers too: a
 rounding would change the noise's distribution and break ``exact-moments``'s exact moments). The
-helpers :func:`numeric_columns` and :func:`publish_columns` serve the family's other numeric
+helpers :func:`perturbed_columns` and :func:`publish_columns` serve the family's other numeric
 methods (``rank-swap``, ``shuffle``).
 """
 
@@ -28,7 +28,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable, generalization
+from anonflow.api import (CLASS, ROW, Algorithm, InputError, Param, StepContext, TypedTable, generalization,
+                          numeric_column)
 
 from .. import __version__
 from ..common.columns import replace_columns
@@ -51,7 +52,8 @@ def default_columns(table: TypedTable | None, plugin: str, param: str = "columns
     return cols
 
 
-def numeric_columns(table: TypedTable, names: Sequence[str] | None, plugin: str, param: str = "columns") -> list[str]:
+def perturbed_columns(table: TypedTable, names: Sequence[str] | None, plugin: str,
+                      param: str = "columns") -> list[str]:
     """The columns ``names`` (parameter ``param``) a numeric perturbation reads or changes: each
     must be a column of numbers, not generalized labels; a bad one fails in one line naming it.
 
@@ -81,7 +83,7 @@ def column_values(table: TypedTable, name: str, plugin: str) -> np.ndarray:
     if col.null_count:
         raise InputError(f"{plugin}: column {name!r} has {col.null_count} missing value(s); drop or impute them "
                          "first (the typing step's 'missing' policy)")
-    x = col.to_numpy().astype(np.float64, copy=False)
+    x = numeric_column(table, name, metric=plugin)  # chunks, dictionaries and decimals read as numbers
     if not np.isfinite(x).all():
         raise InputError(f"{plugin}: column {name!r} holds infinite or NaN values")
     return x
@@ -173,7 +175,7 @@ class Noise(Algorithm):
     per_fragment = False
 
     def check(self, params: Mapping[str, Any], table: TypedTable, **_: Any) -> None:
-        numeric_columns(table, params["columns"], self.name)
+        perturbed_columns(table, params["columns"], self.name)
         if table.num_rows < 2:
             raise InputError(f"noise needs at least 2 records to estimate standard deviations; the table has "
                              f"{table.num_rows}")
@@ -192,7 +194,7 @@ class Noise(Algorithm):
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
         self.check(params, table)
-        cols = numeric_columns(table, params["columns"], self.name)
+        cols = perturbed_columns(table, params["columns"], self.name)
         X = np.column_stack([column_values(table, c, self.name) for c in cols])
         Y = add_noise(X, params["method"], float(params["noise"]), ctx.rng)
         return publish_columns(table, {c: pa.array(Y[:, j], type=pa.float64()) for j, c in enumerate(cols)}, ctx)

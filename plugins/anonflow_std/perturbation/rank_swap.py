@@ -34,7 +34,7 @@ import pyarrow as pa
 from anonflow.api import Algorithm, InputError, Param, StepContext, TypedTable
 
 from .. import __version__
-from .noise import default_columns, numeric_columns, publish_columns
+from .noise import default_columns, perturbed_columns, publish_columns
 
 
 def max_rank_distance(p: float, n: int) -> int:
@@ -84,7 +84,7 @@ class RankSwap(Algorithm):
     per_fragment = False
 
     def check(self, params: Mapping[str, Any], table: TypedTable, **_: Any) -> None:
-        numeric_columns(table, params["columns"], self.name)
+        perturbed_columns(table, params["columns"], self.name)
 
     def perturbs(self, params: Mapping[str, Any], table: TypedTable | None = None) -> dict[str, dict[str, Any]]:
         what = {"kind": "swap", "method": "rank-swap", "variant": "block-pair", "p": float(params["p"])}
@@ -92,7 +92,7 @@ class RankSwap(Algorithm):
         return {c: dict(what) for c in cols}
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
-        cols = numeric_columns(table, params["columns"], self.name)
+        cols = perturbed_columns(table, params["columns"], self.name)
         n = table.num_rows
         w = max_rank_distance(float(params["p"]), n)
         new: dict[str, pa.Array] = {}

@@ -32,7 +32,7 @@ from scipy.special import ndtri
 from anonflow.api import Algorithm, InputError, Param, StepContext, TypedTable
 
 from .. import __version__
-from .noise import column_values, numeric_columns, publish_columns
+from .noise import column_values, perturbed_columns, publish_columns
 
 
 def average_ranks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -93,8 +93,8 @@ class Shuffle(Algorithm):
     per_fragment = False
 
     def check(self, params: Mapping[str, Any], table: TypedTable, **_: Any) -> None:
-        cols = numeric_columns(table, params["columns"], self.name)
-        given = numeric_columns(table, params["given"], self.name, param="given")
+        cols = perturbed_columns(table, params["columns"], self.name)
+        given = perturbed_columns(table, params["given"], self.name, param="given")
         both = sorted(set(cols) & set(given))
         if both:
             raise InputError(f"shuffle: {both[0]!r} is both in 'columns' and in 'given'; a column is either "
