@@ -116,6 +116,25 @@ class Plugin:
         ``run`` / ``compute`` / ``publish``. The default accepts everything.
         """
 
+    #: the measures :meth:`privacy_loss` may state a loss in: ``pure`` (ε-DP: ``epsilon``),
+    #: ``approximate`` ((ε, δ)-DP: ``epsilon``, ``delta``) and ``zcdp`` (ρ-zCDP: ``rho``)
+    PRIVACY_MEASURES: ClassVar[tuple[str, ...]] = ("pure", "approximate", "zcdp")
+    #: False for a step whose output carries noise drawn from a cryptographically safe sampler
+    #: (OpenDP's), which no seed reproduces: ``verify --rerun`` then compares everything of its
+    #: output but the noised values (schema, which cells, the accounting) and says so.
+    reproducible: ClassVar[bool] = True
+
+    def privacy_loss(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The differential-privacy loss this step spends on the source(s) its input comes
+        from, worked out from the parameters alone (before any data is read): ``{"measure":
+        m, ...}`` with ``m`` one of :attr:`PRIVACY_MEASURES` and its figures (``{"measure":
+        "approximate", "epsilon": 1.0, "delta": 1e-6}``), plus any figures that make up the
+        guarantee (SafePub's sampling probability and derived k). The engine composes the
+        losses of a run's steps per source, checks them against the budget the workflow
+        declares and the store's ledger of what earlier runs spent, and records the spend.
+        None (the default): the step makes no differential-privacy claim."""
+        return None
+
 
 #: the suppression cap an algorithm that suppresses records gets (see :attr:`Algorithm.suppresses`).
 MAX_SUPPRESSION = Param("max_suppression", "float", default=0.05, min=0.0, max=1.0,
