@@ -60,7 +60,7 @@ def sql_ident(name: str) -> str:
 __all__ = [
     "sql_ident",
     "Algorithm", "Metric", "Publisher", "HierarchyBuilder", "Hierarchy", "Param", "REQUIRED", "StepContext", "Output",
-    "Partition", "MAX_SUPPRESSION", "suppression_limit",
+    "Partition", "MAX_SUPPRESSION", "suppression_limit", "better_direction",
     # what the release publisher's verify and apply may ask of the engine (anonflow.session.Session)
     "Engine",
     "TypedTable", "Typing", "Attribute", "ROW", "CLASS", "hookimpl", "AnonflowError",
@@ -256,6 +256,10 @@ class Metric(Plugin):
     category: ClassVar[str] = "utility"
     #: whether the metric needs the original table (evaluate steps then take two inputs).
     requires_original: ClassVar[bool] = True
+    #: which headline values are better, ``"lower"`` or ``"higher"``; None: lower for utility
+    #: (losses) and risk, higher for privacy checks (a model's value: k, l). The report's
+    #: trade-off plot marks the Pareto frontier of a sweep by it (:func:`better_direction`).
+    better: ClassVar[str | None] = None
 
     #: privacy checks implementing :meth:`partition_holds`: merging classes that each satisfy
     #: the model gives a class that satisfies it (so the model holds along generalization and a
@@ -290,6 +294,14 @@ class Metric(Plugin):
         or classes) and must agree exactly with :meth:`compute` on the published table.
         """
         raise NotImplementedError
+
+
+def better_direction(metric: Metric) -> str:
+    """``"lower"`` or ``"higher"``: which of a metric's headline values are better
+    (:attr:`Metric.better`, else by its category)."""
+    if metric.better in ("lower", "higher"):
+        return str(metric.better)
+    return "higher" if metric.category == "privacy" else "lower"
 
 
 class Publisher(Plugin):

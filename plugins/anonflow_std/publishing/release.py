@@ -130,6 +130,10 @@ class Release(Publisher):
         Param("class_column", "str", default="class_id", help="lossy-join: name of the class id column"),
         Param("count_column", "str", default="count", help="lossy-join: name of the SA table's count column"),
         Param("compression", "str", default="zstd", choices=("zstd", "snappy", "gzip", "none")),
+        Param("tradeoff", "list", items="str", default=None, nullable=True,
+              help="the report's trade-off plot of a sweep: [risk, utility], each a metric evaluated in every run "
+                   "(<metric> or <step>.<metric>); default: the first risk measure and the first utility metric "
+                   "whose values differ between the runs"),
         Param("sign", "str", default=None, nullable=True,
               help="Ed25519 private key file (anonflow keygen), relative to the workflow's folder: sign manifest.json "
                    "(manifest.sig); the manifest records the public key's sha256, never the key or its path"),
@@ -153,6 +157,8 @@ class Release(Publisher):
             check_header_name(self.name, param, params.get(param))
         if params["class_column"] == params["count_column"]:
             raise InputError("release: class_column and count_column must differ")
+        if params.get("tradeoff") is not None and (len(params["tradeoff"]) != 2 or len(set(params["tradeoff"])) != 2):
+            raise InputError(f"release: 'tradeoff' names two metrics, [risk, utility], got {params['tradeoff']!r}")
         if workflow_dir is not None and params.get("sign") is not None:
             signing_key(Path(workflow_dir), params["sign"])
 

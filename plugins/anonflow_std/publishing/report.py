@@ -26,7 +26,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from anonflow.api import (CLASS, ROW, InputError, PurgedError, RunError, RunInfo, TypedTable, canonical_json, metric_entries,
+from anonflow.api import (CLASS, ROW, InputError, PurgedError, RunError, RunInfo, TypedTable, better_direction,
+                          canonical_json, metric_entries,
                           sql_ident)
 
 from .. import __version__
@@ -34,7 +35,8 @@ from ..common.wildcard import compatible_counts_query, pattern_sql
 from .checks import clean_number, planned_checks, run_check, scratch_context
 from .lossy_join import K_MEANING, k_figures
 from .manifest import perturbation_text, perturbations, public_overrides
-from .report_plots import class_size_plot, lineage_graph, lineage_plot, loss_plot, risk_plot, sweep_plot
+from .report_plots import (class_size_plot, lineage_graph, lineage_plot, loss_plot, pareto_front, risk_plot, sweep_plot,
+                           tradeoff_plot)
 
 #: the rule that picks the runs of a parameter sweep (also shown on the page and in docs/releases.md)
 SWEEP_RULE = ("points: this run and the earlier successful runs of the same workflow (same name and same file "
@@ -158,6 +160,14 @@ def chain_input(info: RunInfo, released: dict[str, Any] | None) -> dict[str, Any
     return _chain_origins(info, released)[1]
 
 
+def release_params(info: RunInfo) -> Mapping[str, Any]:
+    """The parameters of the release the page belongs to: the step being run, else the run's
+    last ``release`` publish step (``anonflow report RUN_ID``); {} without one."""
+    steps = [*info.steps, *([info.current] if info.current is not None else [])]
+    pubs = [s for s in steps if s.get("kind") == "publish" and (s.get("params") or {}).get("publisher") == "release"]
+    return (pubs[-1].get("params") or {}) if pubs else {}
+
+
 def layout_of(info: RunInfo) -> str:
     """``lossy-join`` when the page's publication is Anatomy-style, else ``table``."""
     if info.current is not None and info.current.get("kind") == "publish":
@@ -211,6 +221,65 @@ def sweep(info: RunInfo, registry: Any) -> dict[str, Any] | None:
     return {"rule": SWEEP_RULE, "parameters": varying, "metrics": {k: cats[k] for k in keys},
             "points": [{"params": {k: p["params"][k] for k in varying},
                         "metrics": {k: clean_number(p["metrics"][k]) for k in keys}} for p in pts]}
+
+
+def tradeoff_pair(sw: Mapping[str, Any], chosen: Any = None) -> tuple[str, str] | str | None:
+    """The sweep's headline trade-off, ``(risk, utility)`` keys of ``sw["metrics"]``: the release's
+    ``tradeoff`` parameter (``[risk, utility]``, each ``<metric>`` or ``<step>.<metric>``) when
+    given, else the first risk measure (else privacy check) and the first utility metric whose
+    values differ between the runs (in the order of ``sw["metrics"]``); None without both, a
+    sentence when a chosen metric is not in the sweep."""
+    metrics = sw["metrics"]
+    if chosen:
+        keys = []
+        for name in chosen:
+            match = [k for k in metrics if k == name or k.split(".", 1)[1] == name]
+            if not match:
+                return (f"The release's tradeoff names {name!r}, which is not a metric every run of the sweep "
+                        f"evaluated ({', '.join(metrics)}).")
+            keys.append(match[0])
+        return keys[0], keys[1]
+
+    def varying(k: str) -> bool:
+        return len({canonical_json(p["metrics"][k]) for p in sw["points"]}) > 1
+
+    def first(cats: tuple[str, ...]) -> list[str]:
+        ks = [k for k, c in metrics.items() if c in cats]
+        return [k for k in ks if varying(k)] or ks
+
+    risk, util = first(("risk",)) or first(("privacy",)), first(("utility",))
+    return (risk[0], util[0]) if risk and util else None
+
+
+def sweep_section(sw: Mapping[str, Any] | None, registry: Any, chosen: Any = None) -> str:
+    """The sweep's table (the runs on the Pareto frontier of the headline pair marked), the
+    headline trade-off plot (:func:`tradeoff_pair`) and, folded, every pair of a utility and a
+    risk metric."""
+    if not sw or not sw["metrics"]:
+        return "<p>No parameter sweep: the store holds no other run of this workflow with other parameters.</p>"
+    sw = {**sw, "better": {k: better_direction(registry.get("metric", k.split(".", 1)[1]).obj) for k in sw["metrics"]}}
+    pair = tradeoff_pair(sw, chosen)
+    problem = pair if isinstance(pair, str) else None
+    pair = None if problem else pair
+    front = (pareto_front([p["metrics"][pair[0]] for p in sw["points"]], [p["metrics"][pair[1]] for p in sw["points"]],
+                          sw["better"][pair[0]] == "higher", sw["better"][pair[1]] == "higher")
+             if pair else [False] * len(sw["points"]))
+    prow = [[_e(canonical_json(p["params"][k])) for k in sw["parameters"]] + [_num(p["metrics"][m]) for m in sw["metrics"]]
+            + (["yes" if f else ""] if pair else []) for p, f in zip(sw["points"], front)]
+    n = len(sw["parameters"])
+    head = [*sw["parameters"], *sw["metrics"], *(["on the frontier"] if pair else [])]
+    body = _table(head, prow, numeric=set(range(n, n + len(sw["metrics"]))))
+    if problem:
+        body += f'<p class="note">{_e(problem)}</p>'
+    if pair:
+        how = ("the release's <code>tradeoff</code>" if chosen else
+               "the first risk measure and the first utility metric whose values differ between the runs; "
+               "the release's <code>tradeoff: [risk, utility]</code> chooses others")
+        body += (f'<p id="tradeoff">Each run of the sweep at its <code>{_e(pair[0])}</code> '
+                 f"({_e(sw['better'][pair[0]])} is better) and its <code>{_e(pair[1])}</code> "
+                 f"({_e(sw['better'][pair[1]])} is better): {how}. A run is on the Pareto frontier when no other "
+                 "run is at least as good on both and better on one.</p>" + tradeoff_plot(sw, *pair))
+    return body + "<details><summary>Every pair of a utility metric and a risk measure</summary>" + sweep_plot(sw) + "</details>"
 
 
 # -- computations on the released table ----------------------------------------------------
@@ -655,15 +724,7 @@ def render(info: RunInfo, registry: Any) -> str:
                     "<p>No metrics were evaluated.</p>") + "</section>")
 
     # sweep
-    sw = sweep(info, registry)
-    if sw and sw["metrics"]:
-        prow = [[_e(canonical_json(p["params"][k])) for k in sw["parameters"]] + [_num(p["metrics"][m]) for m in sw["metrics"]]
-                for p in sw["points"]]
-        body = (_table([*sw["parameters"], *sw["metrics"]], prow,
-                       numeric=set(range(len(sw["parameters"]), len(sw["parameters"]) + len(sw["metrics"]))))
-                + sweep_plot(sw))
-    else:
-        body = "<p>No parameter sweep: the store holds no other run of this workflow with other parameters.</p>"
+    body = sweep_section(sweep(info, registry), registry, release_params(info).get("tradeoff"))
     parts.append(f'<section id="sweep"><h2>Utility vs risk across the parameter sweep</h2><p class="note">'
                  f"{_e(SWEEP_RULE)}.</p>{body}</section>")
 

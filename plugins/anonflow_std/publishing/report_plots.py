@@ -115,6 +115,49 @@ def sweep_plot(sw: Mapping[str, Any]) -> str:
     return _plot(draw, 5.0 * cols, 3.6 * rows_n, "utility vs risk across the sweep")
 
 
+def pareto_front(xs: list[float], ys: list[float], x_higher: bool, y_higher: bool) -> list[bool]:
+    """Which points no other point dominates: another point dominates one when it is at least as
+    good on both axes and better on one (better: larger where ``*_higher``, else smaller)."""
+    sx = np.asarray(xs, dtype=float) * (-1.0 if x_higher else 1.0)  # now smaller is better on both
+    sy = np.asarray(ys, dtype=float) * (-1.0 if y_higher else 1.0)
+    le = (sx[None, :] <= sx[:, None]) & (sy[None, :] <= sy[:, None])  # [i, j]: j at least as good as i
+    lt = (sx[None, :] < sx[:, None]) | (sy[None, :] < sy[:, None])
+    return [not bool(row.any()) for row in (le & lt)]
+
+
+def tradeoff_plot(sw: Mapping[str, Any], x: str, y: str) -> str:
+    """One panel: each run of the sweep at its risk (``x``) and utility (``y``), labelled by the
+    parameters that vary, the Pareto frontier (:func:`pareto_front`) joined and filled."""
+    pts = sw["points"]
+    xs = [float(p["metrics"][x]) for p in pts]
+    ys = [float(p["metrics"][y]) for p in pts]
+    xh, yh = sw["better"][x] == "higher", sw["better"][y] == "higher"
+    front = pareto_front(xs, ys, xh, yh)
+
+    def label(p: Mapping[str, Any]) -> str:
+        return ", ".join(f"{k.split('.', 1)[-1]}={canonical_json(v)}" for k, v in p["params"].items())
+
+    def draw(fig):
+        fig.subplots_adjust(left=0.12, right=0.97, bottom=0.13, top=0.93)
+        ax = fig.add_subplot(1, 1, 1)
+        on = sorted((xv, yv) for xv, yv, f in zip(xs, ys, front) if f)
+        ax.plot([a for a, _ in on], [b for _, b in on], "-", color="#3b6ea8", linewidth=1.2, label="Pareto frontier")
+        ax.scatter([a for a, f in zip(xs, front) if f], [b for b, f in zip(ys, front) if f], s=28, color="#3b6ea8",
+                   zorder=3)
+        if not all(front):
+            ax.scatter([a for a, f in zip(xs, front) if not f], [b for b, f in zip(ys, front) if not f], s=28,
+                       facecolors="none", edgecolors="#8a8a8a", zorder=3, label="dominated")
+        lo, hi = min(xs), max(xs)
+        for p, xv, yv in zip(pts, xs, ys):
+            right = hi > lo and xv > lo + 0.75 * (hi - lo)  # labels of the rightmost points go to their left
+            ax.annotate(label(p), (xv, yv), textcoords="offset points", xytext=(-4 if right else 4, 4), fontsize=7,
+                        ha="right" if right else "left")
+        ax.set_xlabel(f"{x} ({sw['metrics'][x]}; {'higher' if xh else 'lower'} is better)")
+        ax.set_ylabel(f"{y} ({sw['metrics'][y]}; {'higher' if yh else 'lower'} is better)")
+        ax.legend(loc="best", fontsize=7, frameon=False)
+    return _plot(draw, 7.0, 4.6, f"{y} against {x} for each run of the sweep")
+
+
 def lineage_graph(info: RunInfo) -> nx.DiGraph:
     """Sources, steps and published files of the run (up to the step being run) as a graph."""
     g = nx.DiGraph()

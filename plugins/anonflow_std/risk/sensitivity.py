@@ -44,6 +44,7 @@ class SensitivityDistance(Metric):
     description = ("Ds(T_SA) (SPEC section 7): mean sensitivity distance Ds(E) over the classes holding a value of "
                    "level 1 or 2 (larger: the most sensitive values are mixed with distant levels).")
     category = "risk"
+    better = "higher"
     requires_original = False
     params = (
         Param("normalized", "bool", default=False, help="also divide Ds(E) by lambda - 1 (the printed formula)"),

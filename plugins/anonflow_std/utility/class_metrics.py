@@ -89,6 +89,7 @@ class AvgEnt(Metric):
     version = __version__
     description = "AVG-Ent (seed 000 eq. 19): mean over classes of the entropy (bits) of the sensitive attribute."
     category = "utility"
+    better = "higher"
     requires_original = False
     params = (BY, SENSITIVE)
 

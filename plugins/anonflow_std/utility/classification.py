@@ -41,6 +41,7 @@ class ClassificationAccuracy(Metric):
                    "decision tree) trained on the published table to predict the label (seed 004 section 4); needs "
                    "scikit-learn: pip install 'anonflow[ml]'.")
     category = "utility"
+    better = "higher"
     requires_original = False
     params = (
         Param("label", "str", default=None, nullable=True, help="the label column (default: the only one typed)"),
