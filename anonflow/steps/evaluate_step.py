@@ -102,8 +102,11 @@ class EvaluateStep(Step):
             result = self._compute(reg, name, original, anonymized, mparams, ctx, where)
             values.update(self._values(name, result, where))
             if params.get("risk_before") and reg.obj.category == "risk" and unpublished is not None:
-                # the same measure on the original, as if it were published unchanged
+                # the same measure on the original, as if it were published unchanged; its
+                # notes say so (they would read as a second, contradicting note on the release)
+                said = len(ctx.notes)
                 before = self._compute(reg, name, None, unpublished, mparams, ctx, where)
+                ctx.notes[said:] = [f"before (the original as if published): {n}" for n in ctx.notes[said:]]
                 values.update(self._values(name, {name + ".before" + k[len(name):]: v for k, v in before.items()},
                                            where))
             holds = result.get(f"{name}.holds")

@@ -24,6 +24,7 @@ class DistinctKeys(Metric):
         quasi = anonymized.typing.quasi
         counts = anonymized.data.select(quasi).group_by(quasi).aggregate([([], "count_all")])
         unique = int(pc.sum(pc.equal(counts.column("count_all"), 1)).as_py() or 0)
+        ctx.note(f"{unique} unique of {anonymized.num_rows}")
         return {self.name: unique, f"{self.name}.records": anonymized.num_rows}
 
 
@@ -52,6 +53,9 @@ def test_risk_before_measures_the_original_as_if_published(cli, project):
     assert m["risk.test.unique-keys.before"] == 1080 and m["risk.test.unique-keys.before.records"] == 1080
     assert m["risk.test.unique-keys"] == 0  # MDAV, k = 5: no record is alone
     assert not any(k.startswith("risk.k-anonymity.before") for k in m)  # privacy checks are not risk metrics
+    # each note says which table it is about: the measure's on the release, then the original's
+    notes = next(s for s in json.loads(res.stdout)["steps"] if s["step"] == "risk")["notes"]
+    assert notes == ["0 unique of 1080", "before (the original as if published): 1080 unique of 1080"]
 
 
 def test_risk_before_needs_the_original(cli, project):
