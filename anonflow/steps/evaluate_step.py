@@ -32,7 +32,8 @@ class EvaluateStep(Step):
         Param("risk_before", "bool", default=False,
               help="with `[original, anonymized]`: also measure every risk metric (category `risk`) on the "
                    "original, as if it were published unchanged; its values are `<metric>.before` and "
-                   "`<metric>.before.<detail>`, and thresholds may name them"),
+                   "`<metric>.before.<detail>`, and thresholds may name them; its notes begin "
+                   "`before (the original as if published):`"),
     )
 
     def validate(self, params, inputs, registry, where):
