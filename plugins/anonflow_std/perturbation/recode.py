@@ -247,7 +247,7 @@ def recode_rules(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         b = [_number(v, f"global-recode: a break of column {col!r}") for v in breaks]
         if any(b[i] >= b[i + 1] for i in range(len(b) - 1)):
             raise InputError(f"global-recode: 'breaks' of column {col!r} must increase strictly, got "
-                             f"{[number_text(v) for v in b]}")
+                             f"[{', '.join(number_text(v) for v in b)}]")
         right, lowest = rule.get("right", True), rule.get("include_lowest", False)
         for key, v in (("right", right), ("include_lowest", lowest)):
             if not isinstance(v, bool):

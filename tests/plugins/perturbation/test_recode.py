@@ -222,7 +222,7 @@ BAD = [
     (TBC, {"age": {"bottom_value": 3}}, "needs 'top' or 'bottom'"),
     (TBC, {"age": {"top": 3, "bottom_value": 3}}, "column 'age' has 'bottom_value' but no 'bottom'"),
     (GR, {"age": {"breaks": [0, 10], "merge": {"a": ["b"]}}}, "needs either 'breaks'"),
-    (GR, {"age": {"breaks": [10, 0]}}, "'breaks' of column 'age' must increase strictly"),
+    (GR, {"age": {"breaks": [10, 0]}}, "'breaks' of column 'age' must increase strictly, got [10, 0]"),
     (GR, {"age": {"breaks": [10]}}, "must be a list of at least two numbers"),
     (GR, {"age": {"breaks": [0, 10, 30], "labels": ["a"]}}, "'labels' of column 'age' must be 2 label(s)"),
     (GR, {"age": {"breaks": [0, 10, 30], "labels": ["a", "a"]}}, "name a label twice"),
