@@ -20,6 +20,10 @@ flushed to disk before the thing it names is made), and the store records where 
   folder (every journal found there, whichever store it belongs to). A journal whose lock is
   held belongs to a live run and is left alone.
 
+DuckDB's first spill folder, made when a store is opened and before any journal exists, is
+named with the process id (:func:`spill_folder`): a store opened later removes those of
+processes no longer alive (:func:`remove_dead_spills`).
+
 A journal is read only as a list of paths to clean, and only if it is this user's and
 owner-only (a journal planted in a shared folder is ignored); only paths of the kinds anonflow
 creates are touched: a folder of this user named as anonflow names them (never a symbolic
@@ -36,6 +40,8 @@ import re
 import secrets
 import shutil
 import signal
+import stat
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -65,6 +71,58 @@ def private_folder(parent: Path | str, prefix: str, journal: "Journal | None", k
             continue
         os.chmod(path, 0o700)
         return path
+
+
+#: the folder a store spills to before any run's journal exists (:func:`spill_folder`)
+SPILL_PREFIX = "anonflow-spill-"
+_SPILL_OF_PROCESS = re.compile(re.escape(SPILL_PREFIX) + r"p([0-9]{1,10})-[0-9A-Za-z_]+")
+
+
+def spill_folder(parent: Path | str | None = None) -> str:
+    """A new owner-only spill folder for a store this process opens, in ``parent`` (default:
+    the system's temporary folder), named with the process id (``anonflow-spill-p<pid>-...``)
+    so that :func:`remove_dead_spills` can tell one a killed process left behind. Spill folders
+    of a killed process found there are removed first."""
+    remove_dead_spills(parent)
+    return tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}p{os.getpid()}-", dir=parent)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_dead_spills(parent: Path | str | None = None) -> list[str]:
+    """Remove the spill folders (:func:`spill_folder`) in ``parent`` that belong to this user
+    and to a process that no longer lives: a store opened by a process killed with ``SIGKILL``
+    never closed, and DuckDB may have spilled original records there. Never a symbolic link,
+    never another user's folder, never a live process's (a reused process id keeps its
+    folder: left, not wrongly removed). Returns what was removed."""
+    folder = str(parent) if parent is not None else tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _SPILL_OF_PROCESS.fullmatch(entry.name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or _alive(int(m.group(1))):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        if not os.path.lexists(entry.path):
+            removed.append(entry.path)
+    return removed
 
 
 class Journal:

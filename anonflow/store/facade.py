@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any, Iterator
 
 import duckdb
 
-from ..cleanup import private_folder
+from ..cleanup import private_folder, spill_folder
 from ..errors import AnonflowWarning, StoreError
 from ..filemodes import enter_private, leave_private, open_to_others
 from ..sandbox import connect, duck_message
@@ -64,7 +63,7 @@ class Store(Tables, Ledger, Erase, Migrations):
         if self._private:
             enter_private()
         # DuckDB spills to a work folder of anonflow's own: created fresh, owner-only, removed on close
-        self._spill = tempfile.mkdtemp(prefix="anonflow-spill-")
+        self._spill = spill_folder()
         try:
             self.con = connect(str(self.path), read_only=read_only)
             self.con.execute(f"SET temp_directory = '{self._spill}'")  # mkdtemp's name: no quote in it
@@ -102,7 +101,7 @@ class Store(Tables, Ledger, Erase, Migrations):
             parent = Path(resources.temp_directory)
             try:
                 parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                spill = tempfile.mkdtemp(prefix="anonflow-spill-", dir=parent)
+                spill = spill_folder(parent)
             except OSError as exc:
                 raise StoreError(f"cannot use {parent} as the temp directory: {exc.strerror or exc}") from None
             self.con.execute(f"SET temp_directory = '{sql_text(spill)}'")
