@@ -7,6 +7,7 @@ records, listed for the released table's whole lineage in the report and by ``an
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -179,3 +180,29 @@ def test_a_forged_declaration_cannot_drive_the_terminal_through_verify(cli, proj
     assert "\x1b" not in shown.output and "\x07" not in shown.output
     assert "method \\x1b[2J\\x1b]0;pwned\\x07" in shown.output, shown.output
 
+
+
+def test_the_report_s_loss_table_covers_each_perturbed_column_beside_the_keys(cli, project):
+    use(Provider(algorithms=[Jitter()]))
+    wf = project / "loss.yaml"
+    wf.write_text("""
+name: census-loss
+seed: 7
+sources: {census: {path: data/sdcmicro/CASCrefmicrodata.csv}}
+steps:
+  typed: {uses: typing, input: census, with: {quasi: [AFNLWGT, AGI], insensitive: [FICA, TAXINC]}}
+  noised: {uses: test.jitter, input: typed, with: {column: FICA, sd: 0.5}}
+  grouped: {uses: mdav, input: noised, with: {k: 5}}
+  release: {uses: publish, input: grouped, with: {publisher: release, path: release}}
+""")
+    res = cli("run", wf, "--db", project / "s.duckdb")
+    assert res.exit_code == 0, res.output
+    html = (project / "out" / "release" / "report.html").read_text()
+    loss = html.split('<section id="loss">')[1].split("</section>")[0]
+    rows = [r.split("</td>")[0].split("<code>")[1].split("</code>")[0] for r in loss.split("<tr>")[2:]]
+    # the keys, then the column the noise changed (insensitive); TAXINC, untouched, is not listed
+    assert rows == ["AFNLWGT", "AGI", "FICA"]
+    fica = loss.split("<code>FICA</code></td>")[1].split("</tr>")[0]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", fica)
+    assert cells[0] == "insensitive" and cells[1] == "&ndash;"  # no ambiguity for a value changed at random
+    assert float(cells[2]) == 1.0 and 0 < float(cells[3]) < 1 and float(cells[4]) > 0  # all changed; SSE share; IL

@@ -303,14 +303,20 @@ def class_sizes(table: TypedTable, sql: Any) -> np.ndarray:
     return np.asarray(rows.column("n").to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def attribute_loss(original: TypedTable, released: TypedTable, sql: Any, layout: str) -> list[dict[str, Any]]:
-    """Per-attribute information loss, computed generically from original vs published values.
+def attribute_loss(original: TypedTable, released: TypedTable, sql: Any, layout: str,
+                   also: Any = (), random: Any = ()) -> list[dict[str, Any]]:
+    """Per-attribute information loss, computed generically from original vs published values,
+    for every quasi-identifier and each column of ``also`` (the other columns a perturbation
+    of the release's lineage changed: PRAMed or noised insensitive columns), in that order.
 
     * ``ambiguity`` (every quasi-identifier): each record's published value stands for the
       distinct original values of the records published with that value; the loss is
       (that number - 1) / (distinct original values - 1), averaged over records: 0 when
       every published value identifies its original value, 1 when all are merged into one.
-    * ``sse_share`` and ``il`` (quasi-identifiers numeric in both tables): the attribute's
+      Not for a column of ``random`` (changed at random: PRAM, noise, swapping), where a few
+      records moved from each value make every published value stand for many original ones
+      (None: the share of records changed and the SSE say more).
+    * ``sse_share`` and ``il`` (attributes numeric in both tables): the attribute's
       share of the total squared error on z-scored values, and 100 * SSE_j / SST_j.
     * lossy-join layout: for the sensitive attribute, the share of a record's class that
       holds another sensitive value, mean over records (the QIs are published exactly).
@@ -319,7 +325,8 @@ def attribute_loss(original: TypedTable, released: TypedTable, sql: Any, layout:
     out: list[dict[str, Any]] = []
     if ROW not in odata.column_names or ROW not in rdata.column_names:
         return out
-    quasi = [q for q in released.typing.quasi if q in odata.column_names and q in rdata.column_names]
+    quasi = [q for q in [*released.typing.quasi, *[a for a in also if a not in released.typing.quasi]]
+             if q in odata.column_names and q in rdata.column_names]
     # one join of the two tables, then per attribute: distinct original values (d), the sum over
     # published values of records * (distinct originals - 1) (s), records (n), changed values
     pairs = ", ".join(f"CAST(o.{sql_ident(q)} AS VARCHAR) AS o{i}, CAST(p.{sql_ident(q)} AS VARCHAR) AS p{i}"
@@ -335,13 +342,15 @@ def attribute_loss(original: TypedTable, released: TypedTable, sql: Any, layout:
     for q, row in zip(quasi, rows):
         d, n = int(row["d"] or 0), int(row["n"] or 0)
         amb = float(row["s"] or 0) / (n * (d - 1)) if n and d > 1 else 0.0
-        out.append({"attribute": q, "role": "quasi", "ambiguity": amb,
+        role = released.typing.get(q).role if q in released.typing else "quasi"
+        out.append({"attribute": q, "role": role, "ambiguity": None if q in random else amb,
                     "changed": float(row["changed"] or 0) / n if n else 0.0, "sse": None, "il": None})
     numeric = []
     for rec in out:
         q = rec["attribute"]
         attr = original.typing.get(q) if q in original.typing else None
-        if attr is None or attr.type != "continuous":
+        # a quasi-identifier typed continuous; another column (perturbed) of numbers not typed categorical
+        if attr is None or (attr.type != "continuous" if attr.role == "quasi" else attr.type in ("nominal", "ordinal")):
             continue
         import pyarrow as pa
 
@@ -685,8 +694,10 @@ def render(info: RunInfo, registry: Any) -> str:
         parts.append('<section id="classes"><h2>Class-size distribution</h2><p>No published table.</p></section>')
 
     # information loss
-    loss_rows = attribute_loss(orig_table, table, info.sql, layout) if table is not None and orig_table is not None \
-        else []
+    changed = [c for p in perturbed for c in p["columns"]]
+    random = {c for p in perturbed for c, d in p["columns"].items() if isinstance(d, dict) and d.get("kind") != "recode"}
+    loss_rows = attribute_loss(orig_table, table, info.sql, layout, also=list(dict.fromkeys(changed)), random=random) \
+        if table is not None and orig_table is not None else []
     if loss_rows:
         trs = [[f"<code>{_e(r['attribute'])}</code>", _e(r["role"]), _num(r["ambiguity"]),
                 _num(r["changed"]), _num(r.get("sse_share")), _num(r["il"])] for r in loss_rows]
@@ -701,10 +712,15 @@ def render(info: RunInfo, registry: Any) -> str:
         body = "<p>No original table to compare with (the published step is not an algorithm's output).</p>"
     parts.append('<section id="loss"><h2>Information loss per attribute</h2><p class="note">Computed generically '
                  f"from the original (<code>{_e(original['step']) if original else '-'}</code>) and published values of "
-                 "each record: <em>ambiguity loss</em> = for each record, the number of distinct original values "
+                 "each record, for every quasi-identifier"
+                 + (" and every other column a perturbation behind the release changed" if random or changed else "")
+                 + ": <em>ambiguity loss</em> = for each record, the number of distinct original values "
                  "published with the same value as its own, minus 1, over the attribute's distinct values minus 1, "
-                 "averaged (0: the published value identifies the original value; 1: all merged); for numeric "
-                 "quasi-identifiers also each attribute's share of the squared error on z-scored values (SSE share) "
+                 "averaged (0: the published value identifies the original value; 1: all merged"
+                 + ("; not shown for a column changed at random, PRAM, noise or swapping, where a few records moved "
+                    "from each value make every published value stand for many original ones" if random else "")
+                 + "); for numeric "
+                 "attributes also each attribute's share of the squared error on z-scored values (SSE share) "
                  "and its own IL = 100 SSE/SST; for a lossy-join release the sensitive attribute's ambiguity is the "
                  "mean share of a record's class holding another sensitive value.</p>" + body + "</section>")
 

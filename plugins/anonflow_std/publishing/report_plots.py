@@ -76,7 +76,7 @@ def loss_plot(rows: list[dict[str, Any]]) -> str:
             return fig.add_axes((x0, 0.75 / height, panel / width, 1 - 1.15 / height))
         ax = panel_axes(0)
         names = [r["attribute"] for r in rows][::-1]
-        ax.barh(names, [r["ambiguity"] for r in rows][::-1], color="#a8553b")
+        ax.barh(names, [r["ambiguity"] or 0.0 for r in rows][::-1], color="#a8553b")  # None: not shown, 0-length
         ax.set_xlim(0, 1)
         ax.set_xlabel("ambiguity loss (0 = exact, 1 = all merged)")
         ax.set_title("Per-attribute loss")
@@ -85,7 +85,7 @@ def loss_plot(rows: list[dict[str, Any]]) -> str:
             ax2.barh([r["attribute"] for r in numeric][::-1], [r["sse_share"] for r in numeric][::-1], color="#3b6ea8")
             ax2.set_xlim(0, 1)
             ax2.set_xlabel("share of total SSE")
-            ax2.set_title("Numeric QIs: SSE share")
+            ax2.set_title("Numeric attributes: SSE share")
     return _plot(draw, width, height, "per-attribute information loss")
 
 
