@@ -12,9 +12,9 @@ record-level prosecutor risk of the original and the published table), the class
 per-attribute information loss, the metrics with their thresholds, utility vs risk across a
 parameter sweep (when the store holds one), and the run's lineage graph.
 
-This module builds the page and computes what it shows: the parameter sweep (:func:`sweep`,
-which the release manifest records too), class sizes, per-attribute loss, the plots and the
-lineage graph. Which privacy checks apply to the released table, and running them, is
+This module builds the page and computes what it shows: class sizes, per-attribute loss and
+the lineage graph; the parameter sweep (which the release manifest records too) is
+:mod:`.report_sweep`, the plots :mod:`.report_plots`. Which privacy checks apply to the released table, and running them, is
 :mod:`anonflow_std.publishing.checks`; ``anonflow verify`` is :mod:`anonflow_std.publishing.verify`.
 """
 
@@ -27,23 +27,16 @@ from typing import Any, Mapping
 import numpy as np
 
 from anonflow.api import (CLASS, ROW, InputError, PurgedError, RunError, RunInfo, TypedTable, better_direction,
-                          canonical_json, metric_entries,
-                          sql_ident)
+                          canonical_json, metric_entries, sql_ident)
 
 from .. import __version__
 from ..common.wildcard import compatible_counts_query, pattern_sql
-from .checks import clean_number, planned_checks, run_check, scratch_context
+from .checks import planned_checks, run_check, scratch_context
 from .lossy_join import K_MEANING, k_figures
 from .manifest import perturbation_text, perturbations, public_overrides
 from .report_plots import (class_size_plot, lineage_graph, lineage_plot, loss_plot, pareto_front, risk_plot, sweep_plot,
                            tradeoff_plot)
-
-#: the rule that picks the runs of a parameter sweep (also shown on the page and in docs/releases.md)
-SWEEP_RULE = ("points: this run and the earlier successful runs of the same workflow (same name and same file "
-              "content) in the store, the latest run per distinct parameter set; swept parameters: the step "
-              "parameters (after --set) and the seed that differ between points; plotted: each pair (utility "
-              "metric, privacy or risk metric) of the headline values every point has")
-
+from .report_sweep import SWEEP_RULE, sweep, tradeoff_pair
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:70rem;
@@ -95,14 +88,6 @@ def shown_params(s: Mapping[str, Any]) -> dict[str, Any]:
     if s.get("kind") == "publish" and params.get("publisher") == "release":
         params.pop("sign", None)
     return params
-
-
-def _sort_key(value: Any) -> tuple:
-    if isinstance(value, bool) or value is None:
-        return (1, canonical_json(value))
-    if isinstance(value, (int, float)):
-        return (0, float(value))
-    return (1, canonical_json(value))
 
 
 # -- what the page is about --------------------------------------------------------------
@@ -181,74 +166,7 @@ def layout_of(info: RunInfo) -> str:
     return "table"
 
 
-def headline_metrics(info: RunInfo, registry: Any) -> dict[str, str]:
-    """``"<step>.<metric>" -> category`` for the headline value of every metric evaluated."""
-    out: dict[str, str] = {}
-    for s in info.steps:
-        if s["kind"] != "evaluate":
-            continue
-        for name, _ in metric_entries((s["params"] or {}).get("metrics") or [], where=s["step"]):
-            if registry.has("metric", name):
-                out[f"{s['step']}.{name}"] = registry.get("metric", name).obj.category
-    return out
-
-
 # -- the sweep ----------------------------------------------------------------------------
-
-
-def sweep(info: RunInfo, registry: Any) -> dict[str, Any] | None:
-    """The parameter sweep this run belongs to (see :data:`SWEEP_RULE`), or None."""
-    current = {"params": info.params(), "metrics": dict(info.metrics)}
-    hidden = {f"{s['step']}.sign" for s in [*info.steps, *([info.current] if info.current else [])]
-              if s.get("kind") == "publish" and (s.get("params") or {}).get("publisher") == "release"}
-    points = [{**p, "params": {k: v for k, v in (p.get("params") or {}).items() if k not in hidden}}
-              for p in [*info.history(), current]]
-    if len(points) < 2:
-        return None
-    common = set.intersection(*(set(p.get("params") or {}) for p in points))
-    latest: dict[str, dict[str, Any]] = {}
-    for p in points:
-        key = canonical_json({k: p["params"][k] for k in sorted(common)})
-        latest.pop(key, None)
-        latest[key] = p
-    pts = list(latest.values())
-    varying = sorted(k for k in common if len({canonical_json(p["params"][k]) for p in pts}) > 1)
-    if len(pts) < 2 or not varying:
-        return None
-    cats = headline_metrics(info, registry)
-    keys = [k for k in cats if all(isinstance((p.get("metrics") or {}).get(k), (int, float)) for p in pts)]
-    pts.sort(key=lambda p: tuple(_sort_key(p["params"][k]) for k in varying))
-    return {"rule": SWEEP_RULE, "parameters": varying, "metrics": {k: cats[k] for k in keys},
-            "points": [{"params": {k: p["params"][k] for k in varying},
-                        "metrics": {k: clean_number(p["metrics"][k]) for k in keys}} for p in pts]}
-
-
-def tradeoff_pair(sw: Mapping[str, Any], chosen: Any = None) -> tuple[str, str] | str | None:
-    """The sweep's headline trade-off, ``(risk, utility)`` keys of ``sw["metrics"]``: the release's
-    ``tradeoff`` parameter (``[risk, utility]``, each ``<metric>`` or ``<step>.<metric>``) when
-    given, else the first risk measure (else privacy check) and the first utility metric whose
-    values differ between the runs (in the order of ``sw["metrics"]``); None without both, a
-    sentence when a chosen metric is not in the sweep."""
-    metrics = sw["metrics"]
-    if chosen:
-        keys = []
-        for name in chosen:
-            match = [k for k in metrics if k == name or k.split(".", 1)[1] == name]
-            if not match:
-                return (f"The release's tradeoff names {name!r}, which is not a metric every run of the sweep "
-                        f"evaluated ({', '.join(metrics)}).")
-            keys.append(match[0])
-        return keys[0], keys[1]
-
-    def varying(k: str) -> bool:
-        return len({canonical_json(p["metrics"][k]) for p in sw["points"]}) > 1
-
-    def first(cats: tuple[str, ...]) -> list[str]:
-        ks = [k for k, c in metrics.items() if c in cats]
-        return [k for k in ks if varying(k)] or ks
-
-    risk, util = first(("risk",)) or first(("privacy",)), first(("utility",))
-    return (risk[0], util[0]) if risk and util else None
 
 
 def sweep_section(sw: Mapping[str, Any] | None, registry: Any, chosen: Any = None) -> str:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from anonflow.api import Metric, better_direction
-from anonflow_std.publishing.report import tradeoff_pair
+from anonflow_std.publishing.report_sweep import tradeoff_pair
 from anonflow_std.publishing.report_plots import pareto_front
 
 from tests.support.helpers import census_workflow
