@@ -192,9 +192,16 @@ class SinglingOutRisk(Metric):
         queries = univariate_queries(R, numeric, ctx.rng, n_att)
         s_t = int((query_counts(O, *queries) == 1).sum())
         s_c: float = int((query_counts(C, *queries) == 1).sum())
-        correction = 1.0
+        correction, fitted = 1.0, 1.0
         if C.shape[0] != O.shape[0] and queries[0].size and C.shape[0] > 1:
-            correction = size_correction(C, queries, O.shape[0], ctx.rng)
+            try:
+                correction = size_correction(C, queries, O.shape[0], ctx.rng)
+            except (RuntimeError, ValueError) as exc:  # least squares found no fit (anonymeter stops here)
+                fitted = 0.0
+                ctx.note(f"{self.name}: the control count is not corrected for the control set's size "
+                         f"({C.shape[0]} against {O.shape[0]} distinct records): the size model could not be fitted "
+                         f"({exc}); a query of a rare value singles out less often in fewer records, so the risk "
+                         "is more likely over- than underestimated")
             s_c = min(s_c * correction, float(n_att))  # a rate above 1 has no Wilson interval
         s_b = int((query_counts(O, *random_queries(R, numeric, ctx.rng, n_att)) == 1).sum())
         ctx.note(f"{self.name}: {queries[0].size} univariate queries single out one released record; "
@@ -204,6 +211,7 @@ class SinglingOutRisk(Metric):
         out = attack_risk(self.name, n_att, s_t, n_att, s_c, n_att, s_b, float(params.get("confidence") or 0.95))
         out[f"{self.name}.queries"] = float(queries[0].size)
         out[f"{self.name}.control_correction"] = correction
+        out[f"{self.name}.control_correction_fitted"] = fitted
         return out
 
 

@@ -449,3 +449,18 @@ def test_singling_out_on_adult_as_is_and_noised():
     assert r2["singling-out-risk.ci_low"] == 0.0 and r2["singling-out-risk"] < 0.05
     r3, _ = run_metric(SinglingOutRisk(), T, T, C)
     assert r3 == r  # seeded: queries' order, subsamples, random guesser
+
+
+def test_a_size_model_that_cannot_be_fitted_leaves_the_control_count_uncorrected_and_says_so(monkeypatch):
+    import anonflow_std.risk.attacks_singling as singling
+
+    def no_fit(*_):  # what scipy's curve_fit raised on sdc-adult-heldout's release
+        raise RuntimeError("Optimal parameters not found: The maximum number of function evaluations is exceeded.")
+
+    monkeypatch.setattr(singling, "size_correction", no_fit)
+    train, control = adult_split()
+    T, C = table_of(train.iloc[:3000]), table_of(control.iloc[:1000])
+    r, ctx = run_metric(SinglingOutRisk(), T, T, C, n_attacks=100)
+    assert r["singling-out-risk.control_correction"] == 1.0 and r["singling-out-risk.control_correction_fitted"] == 0
+    assert r["singling-out-risk.control_successes"] == int(r["singling-out-risk.control_successes"])  # as counted
+    assert "not corrected for the control set's size" in ctx.notes[0] and "could not be fitted" in ctx.notes[0]
