@@ -11,9 +11,10 @@
   vector and covariance matrix exactly (see :func:`restore_moments`). sdcMicro's ``restr``
   applies Kim's linear transformation ``c*x + (1 - c)*mean(x)`` without drawing any noise;
   docs/perturbation-continuous.md says why this differs.
-
-sdcMicro's ``ROMM`` (an n x n random orthogonal matrix), ``correlated2``, ``additive0`` and
-``outdect`` are not offered.
+- ``additive0``, ``correlated2`` (parameter ``delta``), ``restr`` (Kim's restricted noise, with
+  the noise drawn, unlike sdcMicro's code), ``ROMM`` (parameters ``p`` and ``block_size``: random
+  orthogonal matrix masking, block-diagonal) and ``outdect`` (noise on outliers only): see
+  :mod:`.noise_methods`.
 
 Every record is its own class; the noised columns are published as float64 (integers too: a
 rounding would change the noise's distribution and break ``exact-moments``'s exact moments). The
@@ -33,8 +34,13 @@ from anonflow.api import (CLASS, ROW, Algorithm, InputError, Param, StepContext,
 
 from .. import __version__
 from ..common.columns import replace_columns
+from . import noise_methods as nm
 
-METHODS = ("additive", "correlated", "exact-moments")
+METHODS = ("additive", "correlated", "exact-moments", "additive0", "correlated2", "restr", "ROMM", "outdect")
+
+#: ROMM's default block: at 10 million records a batched QR of 32 x 32 blocks stays well within a
+#: minute on 2 cores (tests/benchmarks/bench_noise_swap.py); larger blocks cost block_size^2 a record
+ROMM_BLOCK = 32
 
 
 # -- helpers shared by the family's numeric methods -------------------------------------------
@@ -132,13 +138,24 @@ def restore_moments(Z: np.ndarray, X: np.ndarray) -> np.ndarray:
     return (Xs.mean(axis=0) + (Zs - Zs.mean(axis=0)) @ A) * d
 
 
-def add_noise(X: np.ndarray, method: str, noise: float, rng: np.random.Generator) -> np.ndarray:
+def add_noise(X: np.ndarray, method: str, noise: float, rng: np.random.Generator, *, delta: float = 0.1,
+              p: float = 0.001, block_size: int = ROMM_BLOCK) -> np.ndarray:
     """sdcMicro's ``addNoise`` on the ``(n, d)`` array ``X`` (see the module docstring); the
-    draws come from ``rng`` in a fixed order (column by column for ``additive``; otherwise one
-    multivariate normal draw of ``n`` rows with covariance ``c R``, ``R`` the correlation
-    matrix, each column then multiplied by its standard deviation: covariance ``c S``)."""
+    draws come from ``rng`` in a fixed order (column by column for ``additive``; for
+    ``correlated``, ``exact-moments`` and ``restr`` one multivariate normal draw of ``n`` rows with
+    covariance ``c R``, ``R`` the correlation matrix, each column then multiplied by its standard
+    deviation: covariance ``c S``; the others as :mod:`.noise_methods` says). ``delta`` is
+    ``correlated2``'s, ``p`` and ``block_size`` ``ROMM``'s; ``noise`` is unused by those two."""
     n, d = X.shape
     c = noise / 100.0
+    if method == "correlated2":
+        return nm.correlated2(X, delta, rng)
+    if method == "ROMM":
+        return nm.romm(X, p, block_size, rng)
+    if method == "additive0":
+        return nm.additive0(X, noise, rng)
+    if method == "outdect":
+        return nm.outdect(X, noise, rng)
     if method == "additive":
         out = np.empty_like(X)
         for j in range(d):
@@ -151,6 +168,8 @@ def add_noise(X: np.ndarray, method: str, noise: float, rng: np.random.Generator
     Z = X + E * sd
     if method == "correlated":
         return Z
+    if method == "restr":
+        return nm.restr(X, E * sd, noise)
     if method == "exact-moments":
         return restore_moments(Z, X)
     raise InputError(f"noise: unknown method {method!r}; one of {', '.join(METHODS)}")
@@ -161,16 +180,27 @@ class Noise(Algorithm):
     version = __version__
     description = ("Noise addition on continuous columns (sdcMicro addNoise): additive (sd = noise % of each "
                    "column's sd), correlated (covariance = noise % of the columns'), exact-moments (correlated, then "
-                   "means and covariance restored exactly).")
+                   "means and covariance restored exactly), additive0, correlated2, restr, ROMM, outdect.")
     params = (
         Param("columns", "list", items="str", default=None, nullable=True,
               help="the numeric columns to noise (default: the continuous quasi-identifiers)"),
         Param("method", "str", default="additive", choices=METHODS,
               help="additive: independent per column; correlated: covariance proportional to the columns'; "
-                   "exact-moments: correlated, then means and covariance restored exactly"),
+                   "exact-moments: correlated, then means and covariance restored exactly; additive0: additive, "
+                   "zeros kept; correlated2: Kim's per column (delta); restr: Kim's restricted (correlated noise, "
+                   "then shrunk to the mean); ROMM: random orthogonal matrix masking by blocks (p, block_size); "
+                   "outdect: noise on outliers only"),
         Param("noise", "float", default=150.0, min=0,
               help="amount of noise in percent (sdcMicro's default 150): of each column's sd for additive, "
-                   "of the covariance matrix for correlated and exact-moments"),
+                   "additive0 and outdect's scale, of the covariance matrix for correlated, exact-moments and restr; "
+                   "unused by correlated2 and ROMM"),
+        Param("delta", "float", default=0.1, above=0, max=1,
+              help="correlated2: the weight of the noise, 0 < delta < 1 (x' = sqrt(1 - delta^2) x + delta y)"),
+        Param("p", "float", default=0.001, min=0,
+              help="ROMM: the size of the random matrix M in I + p M before its orthonormalization"),
+        Param("block_size", "int", default=ROMM_BLOCK, min=2,
+              help="ROMM: records mixed together (consecutive in table order); masking grows with "
+                   "sqrt(block_size), time with block_size^2 a record"),
     )
     per_fragment = False
 
@@ -179,24 +209,57 @@ class Noise(Algorithm):
         if table.num_rows < 2:
             raise InputError(f"noise needs at least 2 records to estimate standard deviations; the table has "
                              f"{table.num_rows}")
+        if params["method"] == "correlated2" and not 0 < float(params["delta"]) < 1:
+            raise InputError(f"noise: parameter 'delta' must lie strictly between 0 and 1 for correlated2, not "
+                             f"{params['delta']}")
+        if params["method"] == "outdect":
+            import importlib.util
+
+            if importlib.util.find_spec("sklearn") is None:
+                raise InputError("noise: method outdect needs scikit-learn (robust MCD covariance): "
+                                 "pip install 'anonflow[ml]'")
 
     def perturbs(self, params: Mapping[str, Any], table: TypedTable | None = None) -> dict[str, dict[str, Any]]:
         method, noise = params["method"], float(params["noise"])
         what: dict[str, Any] = {"kind": "noise", "method": method, "noise": noise, "rounded": False}
-        if method == "additive":
+        if method in ("additive", "additive0"):
             what.update(distribution="normal", relative_sd=noise / 100)
+            if method == "additive0":
+                what.update(zeros_kept=True)
+        elif method == "correlated2":
+            delta = float(params["delta"])
+            what = {"kind": "noise", "method": method, "rounded": False, "delta": delta, "distribution": "normal",
+                    "relative_sd": delta, "shrink": float(np.sqrt(1 - delta ** 2)),
+                    "kept_in_expectation": ["mean", "variance"]}
+        elif method == "ROMM":
+            p, b = float(params["p"]), int(params["block_size"])
+            what = {"kind": "noise", "method": method, "rounded": False, "p": p, "block_size": b,
+                    "transform": "rotation", "blocks": "consecutive records in table order, the remainder joined "
+                                                       "to the last block",
+                    "approx_relative_perturbation": p * float(np.sqrt(b - 1)), "relative_to": "rms within block",
+                    "restored": ["cross-products within each block"]}
+        elif method == "outdect":
+            what.update(distribution="normal", records="outliers only",
+                        outliers="value above its column's 99% quantile or robust Mahalanobis distance (MCD, "
+                                 "support fraction 0.5) above sqrt(qchisq(0.975, columns))",
+                        mcd_sample=nm.MCD_SAMPLE, sd="1.96 * sd(column) / sqrt(n) * noise / 100")
         else:
             what.update(distribution="multivariate normal", relative_covariance=noise / 100)
         if method == "exact-moments":
             what.update(restored=["mean", "covariance"])
+        if method == "restr":
+            what.update(shrunk_to_mean="c = sqrt((n-1-w)/((n+1)(1+w))) for n < 500, else sqrt((n-1)/(n+n w-1)), "
+                                       "w = noise/100", expected_covariance="c^2 (1 + w) S")
         cols = list(params["columns"]) if params["columns"] is not None else default_columns(table, self.name)
-        return {c: dict(what, columns=list(cols)) if method != "additive" else dict(what) for c in cols}
+        joint = method in ("correlated", "exact-moments", "restr", "ROMM", "outdect")
+        return {c: dict(what, columns=list(cols)) if joint else dict(what) for c in cols}
 
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
         self.check(params, table)
         cols = perturbed_columns(table, params["columns"], self.name)
         X = np.column_stack([column_values(table, c, self.name) for c in cols])
-        Y = add_noise(X, params["method"], float(params["noise"]), ctx.rng)
+        Y = add_noise(X, params["method"], float(params["noise"]), ctx.rng, delta=float(params["delta"]),
+                      p=float(params["p"]), block_size=int(params["block_size"]))
         return publish_columns(table, {c: pa.array(Y[:, j], type=pa.float64()) for j, c in enumerate(cols)}, ctx)
 
 

@@ -260,7 +260,7 @@ def test_workflow_is_reproducible_and_seeded(cli, tmp_path):
 
 def test_bad_parameters_fail_in_one_line():
     with pytest.raises(ParamError, match="parameter 'method'"):
-        validate_params(Noise.params, {"columns": ["a"], "method": "ROMM"})
+        validate_params(Noise.params, {"columns": ["a"], "method": "Romm"})
     with pytest.raises(ParamError, match="parameter 'noise'"):
         validate_params(Noise.params, {"columns": ["a"], "noise": -1})
     with pytest.raises(ParamError, match="parameter 'columns'"):
@@ -279,7 +279,7 @@ def test_bad_parameters_fail_in_one_line():
 @pytest.mark.parametrize("with_, message", [
     ("{columns: [AGI, NOPE]}", "'columns' names 'NOPE', which is not a column"),
     ("{columns: [AGI], noise: -5}", "parameter 'noise'"),
-    ("{columns: [AGI], method: ROMM}", "parameter 'method'"),
+    ("{columns: [AGI], method: romm}", "parameter 'method'"),
 ])
 def test_cli_refuses_bad_parameters_in_one_line(cli, tmp_path, with_, message):
     wf = workflow(tmp_path, f"""\
