@@ -4,7 +4,9 @@ without (the "floor"), measured in the same run.
 
 Run as a script (after ``pip install '.[test]'``, or with the source tree on ``PYTHONPATH``)::
 
-    python tests/benchmarks/bench_noise_swap.py [--records 10000000] [--columns 4]
+    python tests/benchmarks/bench_noise_swap.py [--records 10000000] [--columns 4] [--only noise]
+
+(``--only WORD``: only the rows whose name starts with it, e.g. ``noise`` or ``rank-swap``.)
 
 The data: ``--columns`` correlated income-like integer columns (``exp`` of correlated normals,
 rounded; seed 1) and one more column left alone, as an in-memory typed table (what a partitioned
@@ -14,6 +16,11 @@ a step context seeded 0:
 * ``noise additive`` on every column; floor: drawing the same number of normals
   (``rng.standard_normal(n * d)``);
 * ``noise correlated`` and ``noise exact-moments``; floor: one ``rng.multivariate_normal`` of ``n`` rows;
+* ``noise additive0`` and ``noise correlated2``; floor: the same number of normals;
+* ``noise restr``; floor: one ``rng.multivariate_normal`` of ``n`` rows;
+* ``noise ROMM`` (the default ``block_size``, and 64); floor: the ``n * block_size`` normals of
+  its matrices ``M`` (one ``b x b`` matrix per ``b`` records), without their QR;
+* ``noise outdect``; floor: the columns' 99 % quantiles (``np.quantile``), without the MCD;
 * ``rank-swap`` (p = 5) on every column; floor: one ``np.argsort`` per column (numpy's default,
   unstable sort; the plugin needs a stable one, so that tied values are ordered alike everywhere);
 * ``shuffle`` of half the columns given the other half; floor: one ``np.argsort`` per column
@@ -63,11 +70,18 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
+def romm_floor(rng: np.random.Generator, n: int, b: int) -> None:
+    """The normals ROMM's matrices need (``n * b``), drawn in chunks of about 4 million."""
+    per = max(1, 4_000_000 // (b * b)) * b * b
+    for s in range(0, n * b, per):
+        rng.standard_normal(min(per, n * b - s))
+
+
 def main(argv: list[str]) -> None:
     sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
     from anonflow.params import validate_params
     from anonflow.testing import make_context
-    from anonflow_std.perturbation.noise import Noise
+    from anonflow_std.perturbation.noise import ROMM_BLOCK, Noise
     from anonflow_std.perturbation.rank_swap import RankSwap
     from anonflow_std.perturbation.shuffle import Shuffle
 
@@ -92,15 +106,30 @@ def main(argv: list[str]) -> None:
          "multivariate_normal", lambda: rng.multivariate_normal(np.zeros(d), S, size=n, method="eigh")),
         ("noise exact-moments", algo(Noise(), {"columns": cols, "method": "exact-moments"}),
          "multivariate_normal", lambda: rng.multivariate_normal(np.zeros(d), S, size=n, method="eigh")),
+        ("noise additive0", algo(Noise(), {"columns": cols, "method": "additive0"}),
+         "normals", lambda: rng.standard_normal(n * d)),
+        ("noise correlated2", algo(Noise(), {"columns": cols, "method": "correlated2"}),
+         "normals", lambda: rng.standard_normal(n * d)),
+        ("noise restr", algo(Noise(), {"columns": cols, "method": "restr"}),
+         "multivariate_normal", lambda: rng.multivariate_normal(np.zeros(d), S, size=n, method="eigh")),
+        (f"noise ROMM b={ROMM_BLOCK}", algo(Noise(), {"columns": cols, "method": "ROMM"}),
+         f"{ROMM_BLOCK} normals/record", lambda: romm_floor(rng, n, ROMM_BLOCK)),
+        ("noise ROMM b=64", algo(Noise(), {"columns": cols, "method": "ROMM", "block_size": 64}),
+         "64 normals/record", lambda: romm_floor(rng, n, 64)),
+        ("noise outdect", algo(Noise(), {"columns": cols, "method": "outdect"}),
+         "99% quantiles", lambda: np.quantile(np.column_stack(ints), 0.99, axis=0)),
         ("rank-swap p=5", algo(RankSwap(), {"columns": cols, "p": 5}),
          f"{d} argsorts", lambda: [np.argsort(v) for v in ints]),
         ("shuffle", algo(Shuffle(), {"columns": cols[: d // 2], "given": cols[d // 2:]}),
          f"{d + d // 2} argsorts", lambda: [np.argsort(ints[j % d]) for j in range(d + d // 2)]),
     ]
-    print(f"{'algorithm':<18} {'seconds':>8}   {'floor':<22} {'seconds':>8}  ratio")
+    only = argv[argv.index("--only") + 1] if "--only" in argv else ""
+    print(f"{'algorithm':<20} {'seconds':>8}   {'floor':<22} {'seconds':>8}  ratio")
     for name, run, floor_name, floor in rows:
+        if not name.startswith(only):
+            continue
         a, f = timed(run), timed(floor)
-        print(f"{name:<18} {a:8.2f}   {floor_name:<22} {f:8.2f}  {a / f:5.1f}", flush=True)
+        print(f"{name:<20} {a:8.2f}   {floor_name:<22} {f:8.2f}  {a / f:5.1f}", flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
     print(f"peak RSS {peak:.1f} GiB")
     print(f"machine: {machine()}")

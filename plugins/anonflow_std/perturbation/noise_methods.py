@@ -15,7 +15,7 @@ from anonflow.api import InputError
 ROMM_CHUNK = 4_000_000
 
 #: outdect fits the MCD on a seeded sample of this many records when the table is larger
-MCD_SAMPLE = 100_000
+MCD_SAMPLE = 20_000
 
 
 def additive0(X: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
