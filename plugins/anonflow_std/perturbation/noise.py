@@ -212,6 +212,11 @@ class Noise(Algorithm):
         if params["method"] == "correlated2" and not 0 < float(params["delta"]) < 1:
             raise InputError(f"noise: parameter 'delta' must lie strictly between 0 and 1 for correlated2, not "
                              f"{params['delta']}")
+        n, w = table.num_rows, float(params["noise"]) / 100
+        if params["method"] == "restr" and n < 500 and w >= n - 1:
+            raise InputError(f"noise: method restr needs noise/100 below n - 1 on fewer than 500 records (its factor "
+                             f"sqrt((n - 1 - w) / ((n + 1)(1 + w))) is not positive otherwise); here n = {n}, "
+                             f"noise = {params['noise']}")
         if params["method"] == "outdect":
             import importlib.util
 

@@ -244,14 +244,28 @@ def test_delta_one_is_refused_for_correlated2_only():
     run({"columns": ["x"], "method": "additive", "delta": 1}, t)
 
 
-def test_cli_refuses_a_negative_p_in_one_line(cli, tmp_path):
-    wf = workflow(tmp_path, """\
+def test_restr_refuses_a_noise_its_factor_cannot_take():
+    # n = 3 < 500, noise 200 %: w = 2 = n - 1, c = sqrt(0 / ...) = 0 would publish the mean only
+    t = typed_table({"x": [1.0, 2.0, 4.0]})
+    with pytest.raises(InputError, match="method restr needs noise/100 below n - 1 .* n = 3, noise = 200"):
+        run({"columns": ["x"], "method": "restr", "noise": 200}, t)
+    run({"columns": ["x"], "method": "restr", "noise": 150}, t)
+
+
+@pytest.mark.parametrize("with_, message", [
+    ("{columns: [AGI], method: ROMM, p: -1}", "parameter 'p'"),
+    ("{columns: [AGI], method: ROMM, block_size: 1}", "parameter 'block_size'"),
+    ("{columns: [AGI], method: correlated2, delta: 1.5}", "parameter 'delta'"),
+    ("{columns: [AGI], method: correlated2, delta: 1}", "parameter 'delta' must lie strictly between 0 and 1"),
+])
+def test_cli_refuses_bad_parameters_in_one_line(cli, tmp_path, with_, message):
+    wf = workflow(tmp_path, f"""\
         perturbed:
           uses: noise
           input: typed
-          with: {columns: [AGI], method: ROMM, p: -1}
+          with: {with_}
         """)
     res = cli("run", wf, "--db", tmp_path / "s.duckdb", "--out-dir", tmp_path / "o")
     assert res.exit_code == 2
     lines = res.output.strip().splitlines()
-    assert len(lines) == 1 and "parameter 'p'" in lines[0], res.output
+    assert len(lines) == 1 and message in lines[0], res.output
