@@ -34,7 +34,7 @@ FILE_SHA = re.compile(r"^files\[(\d+)\]\.sha256$")
 STEP_FILE_SHA = re.compile(r"^steps\[\d+\]\.files\[\d+\]\.sha256$")
 #: the sha256 of a file a step wrote, by the step's index: for a step that is not reproducible
 #: (``reproducible: false``, noise from OpenDP's safe sampler) its noised bytes differ in every run
-STEP_FILE_SHA_OF = re.compile(r"^steps\[(\d+)\]\.files\[\d+\]\.sha256$")
+STEP_FILE_SHA_OF = re.compile(r"^steps\[(\d+)\]\.files\[(\d+)\]\.sha256$")
 #: the sampler whose noise no seed reproduces, as findings name it
 SAFE_SAMPLER = "OpenDP's cryptographically safe sampler, which no seed reproduces"
 #: what an algorithm step fitted (``steps[i].fitted``): a release written before anonflow
@@ -132,6 +132,22 @@ def version_changes(recorded: Any, rerun: Any) -> tuple[list[str], list[str]]:
             if k not in ("anonflow", "plugins") and ca.get(k) != cb.get(k):
                 code.append(f"code digest {k}")
     return versions, code
+
+
+def _noised(step: Mapping[str, Any] | None, index: int) -> bool:
+    """Whether file ``index`` of a step record carries noise no seed reproduces: the step is not
+    reproducible and, where it records what it released (``fitted.dp_release``: file name ->
+    its columns, noised columns, rows, cells), the file is one it lists with noised columns (its
+    other files, such as an accounting, must still be byte-identical)."""
+    if not isinstance(step, Mapping):
+        return False
+    files = step.get("files") if isinstance(step.get("files"), list) else []
+    released = (step.get("fitted") or {}).get("dp_release") if isinstance(step.get("fitted"), Mapping) else None
+    if not isinstance(released, Mapping):
+        return True
+    entry = files[index] if 0 <= index < len(files) and isinstance(files[index], Mapping) else {}
+    what = released.get(str(entry.get("path", "")).rsplit("/", 1)[-1])
+    return isinstance(what, Mapping) and bool(what.get("noised"))
 
 
 def compare_tables(a: Path, b: Path, fmt: str) -> dict[str, Any]:
@@ -243,7 +259,7 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
         if skipped and file_sha and _role(manifest, int(file_sha.group(1))) == "report":
             continue  # the page draws what that step wrote: judged below, with the page itself
         noisy_file = STEP_FILE_SHA_OF.match(path)
-        if noisy_file and int(noisy_file.group(1)) in noisy:
+        if noisy_file and _noised(noisy.get(int(noisy_file.group(1))), int(noisy_file.group(2))):
             noise_skipped.append(path)
             continue
         if code_differs and CODE_FIELDS.match(path):
