@@ -404,8 +404,8 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
     if not code_differs and noise_skipped:
         f.rerun["verdict"] = "identical-except-noise"
         f.rerun["noise_not_compared"] = sorted(str(st.get("step")) for st in noisy.values())
-        f.add(True, "re-run", f"the recorded workflow re-run gives the same {steps} step hashes and {len(names)} "
-                              "byte-identical files, and the same manifest fields but the sha256 of the noised files "
+        f.add(True, "re-run", f"the recorded workflow re-run gives the same {steps} step hashes, {len(names) - 1} "
+                              f"byte-identical files and the same {MANIFEST} fields but the sha256 of the noised files "
                               f"of step(s) {', '.join(f.rerun['noise_not_compared'])}: their values were not compared "
                               f"(noise from {SAFE_SAMPLER})", show=True)
         return

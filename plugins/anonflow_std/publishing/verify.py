@@ -107,7 +107,8 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
               + perturbation_text(p["columns"]) + " (its declared guarantee; not re-checked on the files)", show=True)
     for st in manifest.get("steps") or []:  # differential privacy: the loss each step states it spent
         if isinstance(st, dict) and isinstance(st.get("privacy_loss"), dict):
-            f.add(True, f"privacy loss of step {st.get('step')}", f"{st.get('uses')} {st.get('plugin_version')} spent "
+            who = (st.get("params") or {}).get("publisher") if st.get("kind") == "publish" else st.get("uses")
+            f.add(True, f"privacy loss of step {st.get('step')}", f"{who} {st.get('plugin_version')} spent "
                   + privacy_loss_text(st["privacy_loss"]) + " on its input (its declared guarantee, worked out from its "
                   "parameters; not re-checked on the files" + ("; its noised values come from OpenDP's safe sampler "
                                                               "and are not reproducible" if st.get("reproducible")

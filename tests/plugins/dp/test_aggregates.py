@@ -281,3 +281,17 @@ def test_a_workflow_releases_the_aggregates_and_verify_rerun_compares_all_but_th
     said = next(i["detail"] for i in result["findings"] if i["what"] == "step noisy")
     assert "were not compared" in said and "OpenDP's cryptographically safe sampler" in said
     assert "../aggregates/marginal_sex_x_race.csv" in said and "1 other file(s) byte for byte" in said
+
+    # the loss the engine records in the step summary is stated by verify (a manifest written so here)
+    from anonflow_std.publishing.manifest import integrity, manifest_bytes
+
+    noisy["privacy_loss"] = {"measure": "pure", "epsilon": 1.0, "mechanism": "discrete Laplace", "queries": 4}
+    manifest.pop("integrity")
+    manifest["integrity"] = integrity(manifest)
+    (out / "release" / "manifest.json").write_bytes(manifest_bytes(manifest))
+    res = cli("verify", out / "release", "--json")
+    result = json.loads(res.output)
+    assert res.exit_code == 0, [i for i in result["findings"] if not i["ok"]]
+    said = next(i["detail"] for i in result["findings"] if i["what"] == "privacy loss of step noisy")
+    assert said.startswith("dp-aggregates") and "spent ε = 1 (pure ε-DP); mechanism discrete Laplace" in said
+    assert "not reproducible" in said
