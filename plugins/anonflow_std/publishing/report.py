@@ -519,7 +519,8 @@ def privacy_loss_text(loss: Mapping[str, Any]) -> str:
     figures = ", ".join(f"{DP_SYMBOLS[k]} = {_num(loss[k])}" for k in ("epsilon", "delta", "rho") if k in loss)
     rest = ", ".join(f"{k} {v if isinstance(v, str) else canonical_json(v)}" for k, v in loss.items()
                      if k not in ("measure", "epsilon", "delta", "rho"))
-    return f"{figures} ({DP_MEASURES.get(str(loss.get('measure')), loss.get('measure'))})" + (f"; {rest}" if rest else "")
+    measure = DP_MEASURES.get(str(loss.get("measure")), loss.get("measure"))
+    return f"{figures} ({measure})" + (f"; {rest}" if rest else "")
 
 
 def _query_text(q: Mapping[str, Any]) -> str:

@@ -143,8 +143,8 @@ def test_a_hierarchy_file_declares_a_domain_and_a_value_outside_it_fails(tmp_pat
 def test_the_noise_spread_matches_the_stated_scale(tmp_path, mechanism, budget, scale):
     n = 20_000
     table = typed_table({"c": ["0", "1", "1"]}, quasi={"c": "nominal"})
-    frames, acc, _ = published(tmp_path, table, marginals=["c"], mechanism=mechanism, domain={"c": list(map(str, range(n)))},
-                               **budget)
+    frames, acc, _ = published(tmp_path, table, marginals=["c"], mechanism=mechanism,
+                               domain={"c": list(map(str, range(n)))}, **budget)
     assert acc["queries"][0]["scale"] == pytest.approx(scale)
     exact = np.zeros(n)
     exact[:2] = [1, 2]
