@@ -315,6 +315,12 @@ class Release(Publisher):
             rec["fitted"] = summary["fitted"]
         if s["kind"] == "algorithm" and summary.get("perturbs"):  # what it changed and its guarantee
             rec["perturbs"] = summary["perturbs"]
+        if summary.get("privacy_loss"):  # the differential-privacy loss it spent (Plugin.privacy_loss)
+            rec["privacy_loss"] = summary["privacy_loss"]
+        if not _reproducible(s, info.registry):  # noise from a safe sampler: verify --rerun compares all but it
+            rec["reproducible"] = False
+            if summary.get("fitted"):  # what it released apart from the noise (columns, cells, rows)
+                rec["fitted"] = summary["fitted"]
         if s["kind"] == "publish":
             rec["files"] = [{"path": o["path"] if "://" in o["path"] else  # a database's table: its URL
                              os.path.relpath(o["path"], release_dir).replace(os.sep, "/"),
@@ -365,6 +371,16 @@ def _source_path(name: str, path: str | None, base: Path, declared: Mapping[str,
     # a file outside the workflow's folder, not named as written (the text cannot be read):
     # its absolute path, not a '../..' chain that only holds from where the run was made
     return rel if relative_inside(rel) is not None else Path(path).as_posix()
+
+
+def _reproducible(step: Mapping[str, Any], registry: Any) -> bool:
+    """Whether the plugin of a step run gives the same output for the same input and seed
+    (:attr:`anonflow.api.Plugin.reproducible`); a plugin the registry does not hold counts as so."""
+    kind = {"algorithm": "algorithm", "evaluate": None, "publish": "publisher"}.get(step.get("kind"))
+    name = (step.get("params") or {}).get("publisher") if kind == "publisher" else step.get("uses")
+    if kind is None or registry is None or not isinstance(name, str) or not registry.has(kind, name):
+        return True
+    return getattr(registry.get(kind, name).obj, "reproducible", True) is not False
 
 
 def _matplotlib_version() -> str:

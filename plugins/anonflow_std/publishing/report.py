@@ -502,6 +502,84 @@ def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozen
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+#: what differential privacy protects and what it does not, as the report states it
+DP_MEANING = ("What it protects: whatever an attacker knows besides, the figures these steps released change how "
+              "likely any fact about one record of their input table (whether it is there, its values) looks by a "
+              "factor of at most e^ε (plus δ; under ρ-zCDP, ε = ρ + 2√(ρ ln(1/δ)) for any δ), the neighbouring "
+              "tables differing by one record added or removed. What it does not protect: facts about groups "
+              "(patterns the aggregates are released to show), a person whose data sit in several records, "
+              "anything released without such noise (this release's published table is protected by its own model "
+              "only), and more than the stated loss when the same data are released again: losses add up")
+DP_SYMBOLS = {"epsilon": "ε", "delta": "δ", "rho": "ρ"}
+DP_MEASURES = {"pure": "pure ε-DP", "approximate": "(ε, δ)-DP", "zcdp": "ρ-zCDP"}
+
+
+def privacy_loss_text(loss: Mapping[str, Any]) -> str:
+    """``ε = 1 (pure ε-DP); mechanism discrete Laplace, queries 3`` for a step's privacy loss."""
+    figures = ", ".join(f"{DP_SYMBOLS[k]} = {_num(loss[k])}" for k in ("epsilon", "delta", "rho") if k in loss)
+    rest = ", ".join(f"{k} {v if isinstance(v, str) else canonical_json(v)}" for k, v in loss.items()
+                     if k not in ("measure", "epsilon", "delta", "rho"))
+    measure = DP_MEASURES.get(str(loss.get("measure")), loss.get("measure"))
+    return f"{figures} ({measure})" + (f"; {rest}" if rest else "")
+
+
+def _query_text(q: Mapping[str, Any]) -> str:
+    cols = ", ".join(map(str, q.get("columns") or []))
+    parts = [f"{q.get('query')} of {cols}"]
+    if q.get("bounds") is not None:
+        parts.append(f"bounds {canonical_json(q['bounds'])} (values clamped), grid {_num(q.get('resolution'))}")
+    parts.append(f"sensitivity {_num(q.get('sensitivity'))}" + (f" (count: {_num(q['count_sensitivity'])})"
+                                                                 if q.get("count_sensitivity") is not None else ""))
+    parts.append(f"noise scale {_num(q.get('scale'))}" + (f" (count: {_num(q['count_scale'])})"
+                                                          if q.get("count_scale") is not None else ""))
+    parts += [f"{DP_SYMBOLS[k]} {_num(q[k])}" for k in ("epsilon", "rho") if k in q]
+    return ", ".join(parts)
+
+
+def dp_steps(info: RunInfo, registry: Any) -> list[dict[str, Any]]:
+    """The run's steps that spent a differential-privacy budget: ``{"step", "uses", "version",
+    "loss", "queries"}``; the loss as the engine recorded it (``summary.privacy_loss``), else as
+    the plugin declares it for the step's parameters; the queries a step recorded it released
+    (``summary.fitted.dp_release``: file -> its queries)."""
+    out = []
+    for s in info.steps:
+        summary = s.get("summary") if isinstance(s.get("summary"), Mapping) else {}
+        loss = summary.get("privacy_loss")
+        kind = {"algorithm": "algorithm", "publish": "publisher"}.get(s.get("kind"))
+        name = (s.get("params") or {}).get("publisher") if kind == "publisher" else s.get("uses")
+        if loss is None and kind and registry is not None and isinstance(name, str) and registry.has(kind, name):
+            try:
+                loss = registry.get(kind, name).obj.privacy_loss(s.get("params") or {})
+            except Exception:  # noqa: BLE001 - a declaration that cannot be worked out is not shown
+                loss = None
+        released = (summary.get("fitted") or {}).get("dp_release") if isinstance(summary.get("fitted"), Mapping) \
+            else None
+        queries = []
+        for entry in (released.values() if isinstance(released, Mapping) else []):
+            qs = entry.get("queries") if isinstance(entry, Mapping) else None
+            queries += [q for q in (qs if isinstance(qs, list) else [qs]) if isinstance(q, Mapping)]
+        if isinstance(loss, Mapping) and loss:
+            out.append({"step": s["step"], "uses": name or s.get("uses"), "version": s.get("plugin_version"),
+                        "loss": dict(loss), "queries": queries})
+    return out
+
+
+def dp_paragraph(info: RunInfo, registry: Any) -> str:
+    """The "Differential privacy" paragraph of the privacy section, or "" when no step spent a budget."""
+    steps = dp_steps(info, registry)
+    if not steps:
+        return ""
+    items = "".join(f"<li><code>{_e(d['step'])}</code> ({_e(d['uses'])} {_e(d['version'])}): "
+                    f"{_e(privacy_loss_text(d['loss']))}"
+                    + ("<ul>" + "".join(f"<li>{_e(_query_text(q))}</li>" for q in d["queries"]) + "</ul>"
+                       if d["queries"] else "") + "</li>" for d in steps)
+    return ('<p id="differential-privacy"><strong>Differential privacy.</strong> These steps released figures with '
+            "noise and state the loss they spent on their input table (basic composition over their queries; the "
+            "noise comes from OpenDP's cryptographically safe sampler, so the noised values are not reproducible "
+            f"and <code>anonflow verify --rerun</code> compares all but them):</p><ul>{items}</ul>"
+            f'<p class="note">{_e(DP_MEANING)}.</p>')
+
+
 def _suppressed_text(step: Mapping[str, Any]) -> str:
     """``; 12 suppressed (cap 54)`` for a step that may suppress records, else nothing."""
     summary = step.get("summary") or {}
@@ -586,7 +664,7 @@ def render(info: RunInfo, registry: Any) -> str:
                            f"{_e(perturbation_text(p['columns']))}</li>" for p in perturbed) + "</ul>")
     parts.append('<section id="privacy"><h2>Privacy guarantees</h2>'
                  + (f"<p>Claimed by the algorithm: {claim_text}.</p>" if claims else
-                    "<p>The published step claims no privacy model.</p>") + ptext + kfig
+                    "<p>The published step claims no privacy model.</p>") + ptext + kfig + dp_paragraph(info, registry)
                  + (_table(["check", "parameters", "checked by", "result", "holds"], rows) if rows else
                     "<p>No privacy check applies to the published table.</p>")
                  + '<p class="note">A release re-runs these checks on its published files; '

@@ -32,6 +32,11 @@ FILE_SHA = re.compile(r"^files\[(\d+)\]\.sha256$")
 #: the sha256 of another publish step's file (not in the release; its step's input hash and
 #: rows are compared as fields)
 STEP_FILE_SHA = re.compile(r"^steps\[\d+\]\.files\[\d+\]\.sha256$")
+#: the sha256 of a file a step wrote, by the step's index: for a step that is not reproducible
+#: (``reproducible: false``, noise from OpenDP's safe sampler) its noised bytes differ in every run
+STEP_FILE_SHA_OF = re.compile(r"^steps\[(\d+)\]\.files\[(\d+)\]\.sha256$")
+#: the sampler whose noise no seed reproduces, as findings name it
+SAFE_SAMPLER = "OpenDP's cryptographically safe sampler, which no seed reproduces"
 #: what an algorithm step fitted (``steps[i].fitted``): a release written before anonflow
 #: recorded it has none, which a re-run with newer code adds (expected, not a data difference)
 STEP_FITTED = re.compile(r"^steps\[\d+\]\.fitted$")
@@ -129,6 +134,22 @@ def version_changes(recorded: Any, rerun: Any) -> tuple[list[str], list[str]]:
     return versions, code
 
 
+def _noised(step: Mapping[str, Any] | None, index: int) -> bool:
+    """Whether file ``index`` of a step record carries noise no seed reproduces: the step is not
+    reproducible and, where it records what it released (``fitted.dp_release``: file name ->
+    its columns, noised columns, rows, cells), the file is one it lists with noised columns (its
+    other files, such as an accounting, must still be byte-identical)."""
+    if not isinstance(step, Mapping):
+        return False
+    files = step.get("files") if isinstance(step.get("files"), list) else []
+    released = (step.get("fitted") or {}).get("dp_release") if isinstance(step.get("fitted"), Mapping) else None
+    if not isinstance(released, Mapping):
+        return True
+    entry = files[index] if 0 <= index < len(files) and isinstance(files[index], Mapping) else {}
+    what = released.get(str(entry.get("path", "")).rsplit("/", 1)[-1])
+    return isinstance(what, Mapping) and bool(what.get("noised"))
+
+
 def compare_tables(a: Path, b: Path, fmt: str) -> dict[str, Any]:
     """Two published files (``parquet`` or ``csv``) compared as tables, with DuckDB: the same
     columns (names, in order, and types), and the same records, counted both ways as
@@ -221,6 +242,11 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
 
     diffs = diff_json({k: v for k, v in manifest.items() if k not in skip},
                       {k: v for k, v in again.items() if k not in skip})
+    # steps whose output carries noise no seed reproduces (Plugin.reproducible): everything of
+    # theirs is compared but the noised files' bytes (their columns, cells and rows are fields)
+    noisy = {i: st for m in (manifest, again) for i, st in enumerate(m.get("steps") or [])
+             if isinstance(st, Mapping) and st.get("reproducible") is False}
+    noise_skipped: list[str] = []
     expected: list[str] = []        # fields that differ because the code does
     newly_fitted: list[str] = []    # steps[i].fitted the release (older code) does not record
     newly_declared: list[str] = []  # steps[i].perturbs likewise
@@ -232,6 +258,10 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
         file_sha = FILE_SHA.match(path)
         if skipped and file_sha and _role(manifest, int(file_sha.group(1))) == "report":
             continue  # the page draws what that step wrote: judged below, with the page itself
+        noisy_file = STEP_FILE_SHA_OF.match(path)
+        if noisy_file and _noised(noisy.get(int(noisy_file.group(1))), int(noisy_file.group(2))):
+            noise_skipped.append(path)
+            continue
         if code_differs and CODE_FIELDS.match(path):
             expected.append(path)
             continue
@@ -267,6 +297,17 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
               f"step(s) declare they changed ({', '.join(newly_declared)}), which the release, written by older "
               "code, does not: expected with newer code, not a data difference", show=True)
 
+    for i, st in sorted(noisy.items()):
+        files = [x for x in st.get("files") or [] if isinstance(x, Mapping)]
+        differ = {int(m.group(1)) for p in noise_skipped if p.startswith(f"steps[{i}].")
+                  for m in [re.search(r"\.files\[(\d+)\]", p)] if m}
+        names = [str(files[j].get("path")) for j in sorted(differ) if j < len(files)]
+        f.add(True, f"step {st.get('step')}", f"its output carries noise from {SAFE_SAMPLER}: the values of its "
+              f"{len(names)} noised file(s) ({', '.join(names) or 'none differ'}) were not compared, their bytes differ "
+              f"as expected; its parameters, privacy loss, its {len(files) - len(names)} other file(s) byte for byte, "
+              "and every file's name, rows and what it released apart from the noise (columns, cells) were compared",
+              show=True)
+
     signed = manifest.get("signature") is not None or again.get("signature") is not None
     entries = {e.get("path"): e for e in manifest.get("files") or [] if isinstance(e, Mapping)}
     again_entries = {e.get("path"): e for e in again.get("files") or [] if isinstance(e, Mapping)}
@@ -285,8 +326,9 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
             data_diffs += 1
             continue
         if name == MANIFEST:
-            if code_differs or skipped:
-                same_files += 1  # it records the versions (or the report's digest): compared field by field above
+            if code_differs or skipped or noise_skipped:
+                same_files += 1  # it records the versions (or the report's digest, the noised files' digests):
+                # compared field by field above
             elif signed and unsigned_form(manifest) != unsigned_form(again):
                 f.add(False, f"file {name}", "differs from the re-run's (signatures aside)")
                 data_diffs += 1
@@ -359,6 +401,14 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
     if data_diffs or same_files != len(names):
         return
     steps = len(again.get("steps") or [])
+    if not code_differs and noise_skipped:
+        f.rerun["verdict"] = "identical-except-noise"
+        f.rerun["noise_not_compared"] = sorted(str(st.get("step")) for st in noisy.values())
+        f.add(True, "re-run", f"the recorded workflow re-run gives the same {steps} step hashes, {len(names) - 1} "
+                              f"byte-identical files and the same {MANIFEST} fields but the sha256 of the noised files "
+                              f"of step(s) {', '.join(f.rerun['noise_not_compared'])}: their values were not compared "
+                              f"(noise from {SAFE_SAMPLER})", show=True)
+        return
     if not code_differs:
         f.rerun["verdict"] = "identical"
         f.add(True, "re-run", f"the recorded workflow re-run gives the same {steps} step hashes and {len(names)} "

@@ -35,6 +35,7 @@ from .manifest import (MANIFEST, PLAIN_NAME, SCHEMA_VERSION, SIGNATURE, csv_diff
                        file_rows, json_digest, load_manifest, not_regular, perturbation_text, perturbations,
                        read_parquet, regular_sha256, relative_inside)
 from .release_files import recorded_files, sources_base
+from .report import privacy_loss_text
 # the names the re-run's body uses (:func:`_rerun_confined`)
 from .release_files import Refused as _Refused
 from .release_files import copy_pinned as _copy_pinned
@@ -104,6 +105,14 @@ def verify(release: Path, *, rerun: bool = False, db: Path | None = None, source
     for p in perturbations(manifest.get("steps"), released.get("step") if isinstance(released, dict) else None):
         f.add(True, f"perturbation by step {p['step']}", f"{p['uses']} {p['plugin_version']} changed "
               + perturbation_text(p["columns"]) + " (its declared guarantee; not re-checked on the files)", show=True)
+    for st in manifest.get("steps") or []:  # differential privacy: the loss each step states it spent
+        if isinstance(st, dict) and isinstance(st.get("privacy_loss"), dict):
+            who = (st.get("params") or {}).get("publisher") if st.get("kind") == "publish" else st.get("uses")
+            f.add(True, f"privacy loss of step {st.get('step')}", f"{who} {st.get('plugin_version')} spent "
+                  + privacy_loss_text(st["privacy_loss"]) + " on its input (its declared guarantee, worked out from its "
+                  "parameters; not re-checked on the files" + ("; its noised values come from OpenDP's safe sampler "
+                                                              "and are not reproducible" if st.get("reproducible")
+                                                              is False else "") + ")", show=True)
     wf = manifest["workflow"]
     text_hash = hashlib.sha256(str(wf.get("text", "")).encode()).hexdigest()
     f.add(text_hash == wf.get("sha256"), "manifest field workflow.text",
