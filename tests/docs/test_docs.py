@@ -33,7 +33,7 @@ WORKFLOWS_MD = DOCS / "workflows.md"
 # where first-party plugins are documented, looked up by a heading naming the plugin in backticks
 PLUGIN_DOCS = (DOCS / "algorithms.md", DOCS / "workflows.md", DOCS / "releases.md", DOCS / "perturbation-recode.md",
                DOCS / "perturbation-continuous.md", DOCS / "perturbation-risk.md", DOCS / "perturbation-utility.md",
-               DOCS / "perturbation-attacks.md")
+               DOCS / "perturbation-attacks.md", DOCS / "differential-privacy.md")
 SHIPPED_EXAMPLE = ROOT / "workflows" / "census-mdav.yaml"
 
 
