@@ -81,11 +81,14 @@ def verify(release: Path, rerun: bool, db: Path | None, sources: Path | None, ke
                 click.echo(f"{'ok  ' if item['ok'] else 'FAIL'}  {printable(item['what'])}: {printable(item['detail'])}")
         bad = sum(not i["ok"] for i in result["findings"])
         if result["ok"]:
-            same_tables = (result.get("rerun") or {}).get("verdict") == "same-tables-different-code"
+            verdict = (result.get("rerun") or {}).get("verdict")
             skipped = (result.get("rerun") or {}).get("not_replayed") or []
+            said = {"same-tables-different-code": ", the re-run with other versions or code publishes the same tables",
+                    "identical-except-noise": ", the re-run reproduces it byte for byte except the values of the "
+                                              "differentially private noise, which no seed reproduces (compared: "
+                                              "their files' columns, cells and accounting)"}
             click.echo(f"release {release} verified: {len(result['findings'])} checks hold"
-                       + ((", the re-run with other versions or code publishes the same tables" if same_tables else
-                           ", the re-run reproduces it byte for byte") if rerun else "")
+                       + (said.get(verdict, ", the re-run reproduces it byte for byte") if rerun else "")
                        + (f" (step{'s' if len(skipped) > 1 else ''} {', '.join(skipped)} not replayed: "
                           "it writes outside the re-run's scratch folder)" if rerun and skipped else ""))
         else:
