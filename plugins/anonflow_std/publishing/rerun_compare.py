@@ -43,6 +43,10 @@ STEP_FITTED = re.compile(r"^steps\[\d+\]\.fitted$")
 #: what an algorithm step declared it changed (``steps[i].perturbs``): likewise, a plugin whose
 #: newer code declares it (Algorithm.perturbs) adds it in a re-run of an older release
 STEP_PERTURBS = re.compile(r"^steps\[\d+\]\.perturbs$")
+#: a parameter a plugin gained since the release was written (``steps[i].params.<name>``): the
+#: step records its parameters with their defaults, so a re-run by newer code shows the new one
+#: at its default; what it publishes is still compared, table by table
+STEP_NEW_PARAM = re.compile(r"^steps\[\d+\]\.params\.[^.\[]+$")
 #: the report's lineage plot (it draws every file and table the run wrote, those of a step not
 #: replayed included)
 LINEAGE_PLOT = re.compile(r'(<section id="lineage"><h2>Lineage</h2>(?:<div\b[^>]*>)?)<svg\b.*?</svg>', re.S)
@@ -250,6 +254,7 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
     expected: list[str] = []        # fields that differ because the code does
     newly_fitted: list[str] = []    # steps[i].fitted the release (older code) does not record
     newly_declared: list[str] = []  # steps[i].perturbs likewise
+    new_params: list[str] = []      # steps[i].params.<name> a plugin gained since
     data_diffs = 0
     for path, a, b in diffs:
         step_files = STEP_FILES.match(path)
@@ -276,6 +281,9 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
         if code_differs and STEP_PERTURBS.match(path) and a == "<absent>":
             newly_declared.append(path)
             continue
+        if code_differs and STEP_NEW_PARAM.match(path) and a == "<absent>":
+            new_params.append(path)
+            continue
         f.add(False, f"manifest field {path}", f"recorded {show_value(a)}, re-run gives {show_value(b)}")
         data_diffs += 1
     if expected:
@@ -296,6 +304,11 @@ def compare_rerun(release: Path, manifest: Mapping[str, Any], again_dir: Path, a
         f.add(True, "re-run perturbation declarations", f"the re-run records what {len(newly_declared)} algorithm "
               f"step(s) declare they changed ({', '.join(newly_declared)}), which the release, written by older "
               "code, does not: expected with newer code, not a data difference", show=True)
+
+    if new_params:
+        f.add(True, "re-run new parameters", f"the re-run's plugins have {len(new_params)} parameter(s) the release, "
+              f"written by older code, does not record ({', '.join(new_params)}), each at its default: expected with "
+              "newer code; what the steps publish is compared below", show=True)
 
     for i, st in sorted(noisy.items()):
         files = [x for x in st.get("files") or [] if isinstance(x, Mapping)]

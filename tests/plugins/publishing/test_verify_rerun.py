@@ -403,3 +403,30 @@ def test_with_the_same_code_a_missing_fitted_value_fails(cli, project, made, scr
     assert code == 1 and result["rerun"]["verdict"] == "different"
     assert any(f.startswith("manifest field steps[2].fitted: recorded <absent>") for f in failures(result)), \
         failures(result)
+
+
+def test_a_parameter_a_plugin_gained_since_the_release_is_shown_not_failed(cli, project, made, scratch_root):
+    """A plugin given a new parameter (noise's block_size, release's tradeoff): the release, written
+    before, records its step without it; a re-run by newer code records it at its default."""
+    rel = copy_release(made, project)
+    params = json.loads((rel / "manifest.json").read_text())["steps"][2]["params"]
+    gone = sorted(params)[0]
+
+    def older(m):
+        m["versions"].pop("code")
+        m["steps"][2]["params"].pop(gone)
+
+    forge(rel, older)
+    code, result = verify(cli, rel, "--rerun")
+    assert code == 0, failures(result)
+    assert shown(result, "re-run new parameters") == [
+        f"the re-run's plugins have 1 parameter(s) the release, written by older code, does not record "
+        f"(steps[2].params.{gone}), each at its default: expected with newer code; what the steps publish is "
+        "compared below"]
+    # with the same code, a parameter the release lacks is a difference
+    shutil.rmtree(project / "out")
+    rel = copy_release(made, project)
+    forge(rel, lambda m: m["steps"][2]["params"].pop(gone))
+    code, result = verify(cli, rel, "--rerun")
+    assert code == 1 and any(f.startswith(f"manifest field steps[2].params.{gone}: recorded <absent>")
+                             for f in failures(result)), failures(result)
