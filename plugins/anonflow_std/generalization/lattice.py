@@ -85,6 +85,7 @@ from anonflow.api import (CLASS, ROW, Algorithm, InputError, Metric, Param, Para
 
 from .. import __version__
 from ..common.columns import grading_of, real_counts, real_distinct, sensitive_column
+from ..common.dp_params import dp_settings, privacy_loss_of
 from ..common.hierarchy_levels import HierarchyLoss, Levels, need_hierarchies
 from .lattice_search import Part, Scorer, Search, Space, Verdict
 
@@ -94,6 +95,8 @@ FREQUENCY = True
 #: prune the search by the loss bound (with suppression and a built-in loss; module
 #: docstring); False gives the search without it (every node classified), for comparison
 PRUNE = True
+#: the model that makes the lattice run SafePub (generalization/safepub.py)
+DP_MODEL = "ed-differential-privacy"
 
 
 class Lattice(Algorithm):
@@ -182,14 +185,33 @@ class Lattice(Algorithm):
                 if p.kind == "step" and isinstance(given.get(p.name), str)]
 
     def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        if params.get("model") == DP_MODEL:  # a guarantee of the mechanism: privacy_loss states it
+            return {}
         try:
             _, mparams = self._model(params)
         except InputError:
             return {}
         return {params["model"]: {k: v for k, v in mparams.items() if v is not None}}
 
+    def suppression_cap(self, params: Mapping[str, Any]) -> float:
+        # SafePub withholds the records it does not sample and those of classes below k:
+        # what the mechanism decides, not a cap to meet
+        return 1.0 if params.get("model") == DP_MODEL else super().suppression_cap(params)
+
+    def privacy_loss(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        if params.get("model") != DP_MODEL:
+            return None
+        return privacy_loss_of(dp_settings(self._model(params)[1]))
+
     def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **tables: TypedTable) -> None:
-        self._model(params)
+        _, mparams = self._model(params)
+        if params["model"] == DP_MODEL:
+            from .safepub import check_utility
+            dp_settings(mparams)
+            check_utility(params["utility"])
+            if table is not None:
+                need_hierarchies(table.typing.quasi, table.hierarchies, "lattice")
+            return
         utility, uparams = self._utility(params)
         if table is None:
             return
@@ -220,6 +242,8 @@ class Lattice(Algorithm):
         """On a partitioned table: each fragment's frequency table where it lies, summed (the
         search needs nothing else) -- when the search runs on the frequency table at all."""
         model, _ = self._model(params)
+        if model.name == DP_MODEL:
+            return False
         utility, _ = self._utility(params)
         return bool(FREQUENCY and model.weighted_partitions and isinstance(utility, HierarchyLoss))
 
@@ -230,6 +254,10 @@ class Lattice(Algorithm):
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
         t0 = time.perf_counter()
         model, mparams = self._model(params)
+        if model.name == DP_MODEL:
+            from .safepub import run_safepub
+            need_hierarchies(table.typing.quasi, table.hierarchies, "lattice")
+            return run_safepub(table, params, mparams, ctx, published_typing)
         utility, uparams = self._utility(params)
         quasi = table.typing.quasi
         need_hierarchies(quasi, table.hierarchies, "lattice")
