@@ -229,6 +229,11 @@ class Lattice(Algorithm):
         _, mparams = self._model(params)
         shown = ", ".join(f"{k}={v}" for k, v in mparams.items() if v is not None)
         limit = suppression_limit(params["suppression"], table.num_rows)
+        if params["model"] == DP_MODEL:
+            s = dp_settings(mparams, len(quasi))
+            return [f"lattice: {size:,} nodes ({' x '.join(map(str, shape))} levels over {', '.join(quasi)})",
+                    f"SafePub on {table.num_rows:,} records: ({s['epsilon']:g}, {s['delta']:g})-differential privacy, "
+                    f"beta {s['beta']:.6g}, k {s['k']}, {s['steps'] or 0} search steps; scored by {params['utility']}"]
         return [f"lattice: {size:,} nodes ({' x '.join(map(str, shape))} levels over {', '.join(quasi)})",
                 f"searches {table.num_rows:,} records for {params['model']} ({shown}), at most {limit:,} "
                 f"suppressed; best by {params['utility']}"]
