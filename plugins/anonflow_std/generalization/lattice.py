@@ -88,6 +88,7 @@ from ..common.columns import grading_of, real_counts, real_distinct, sensitive_c
 from ..common.dp_params import dp_settings, privacy_loss_of
 from ..common.hierarchy_levels import HierarchyLoss, Levels, need_hierarchies
 from .lattice_search import Part, Scorer, Search, Space, Verdict
+from .safepub import check_utility, run_safepub
 
 #: search a frequency table (distinct QI and sensitive combinations with their records)
 #: when the model and the utility allow it (off: one row per record, for comparison)
@@ -206,7 +207,6 @@ class Lattice(Algorithm):
     def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **tables: TypedTable) -> None:
         _, mparams = self._model(params)
         if params["model"] == DP_MODEL:
-            from .safepub import check_utility
             dp_settings(mparams)
             check_utility(params["utility"])
             if table is not None:
@@ -260,7 +260,6 @@ class Lattice(Algorithm):
         t0 = time.perf_counter()
         model, mparams = self._model(params)
         if model.name == DP_MODEL:
-            from .safepub import run_safepub
             need_hierarchies(table.typing.quasi, table.hierarchies, "lattice")
             return run_safepub(table, params, mparams, ctx, published_typing)
         utility, uparams = self._utility(params)

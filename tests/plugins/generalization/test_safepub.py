@@ -4,9 +4,9 @@ class of at least k sampled records (checked with pandas), the score functions o
 example, and a deterministic CLI run on ARX's Adult."""
 
 import json
+from fractions import Fraction
 
 import numpy as np
-import pandas as pd
 import pyarrow.csv as pacsv
 import pytest
 from scipy import stats
@@ -43,7 +43,6 @@ def test_exponential_mechanism_frequencies_match_the_exact_probabilities():
 def test_walk_on_a_tiny_lattice_draws_among_the_top_nodes_specializations():
     # a 2 x 2 lattice, top (1, 1); scores favour (0, 1) strongly: one step draws it nearly always
     score = {(1, 1): -10, (0, 1): 0, (1, 0): -50, (0, 0): -100}
-    from fractions import Fraction
     rng = np.random.default_rng(1)
     first = [walk((1, 1), lambda v: Fraction(score[v]), 1, 2.0, rng)[0] for _ in range(200)]
     p = exponential_probabilities([score[(0, 1)], score[(1, 0)]], 2.0)  # candidates in insertion order
