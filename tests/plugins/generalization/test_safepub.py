@@ -40,13 +40,16 @@ def test_exponential_mechanism_frequencies_match_the_exact_probabilities():
     assert stats.chisquare(counts, exact * draws.size).pvalue > 0.01
 
 
-def test_walk_on_a_tiny_lattice_draws_among_the_top_nodes_specializations():
-    # a 2 x 2 lattice, top (1, 1); scores favour (0, 1) strongly: one step draws it nearly always
-    score = {(1, 1): -10, (0, 1): 0, (1, 0): -50, (0, 0): -100}
-    rng = np.random.default_rng(1)
-    first = [walk((1, 1), lambda v: Fraction(score[v]), 1, 2.0, rng)[0] for _ in range(200)]
-    p = exponential_probabilities([score[(0, 1)], score[(1, 0)]], 2.0)  # candidates in insertion order
-    assert p[0] > 0.999 and first.count((0, 1)) >= 199
+def test_walk_on_a_tiny_lattice_draws_the_first_pivot_with_the_exact_probabilities():
+    # a 2 x 2 lattice, top (1, 1) scored worst: one step draws (0, 1) or (1, 0), the candidates in
+    # that order, with probabilities exp(-1) : exp(-2) at epsilon 2 (exp(eps * score / 2))
+    score = {(1, 1): -10, (0, 1): -1, (1, 0): -2, (0, 0): -100}
+    rng = np.random.default_rng(7)
+    picks = [walk((1, 1), lambda v: Fraction(score[v]), 1, 2.0, rng)[0] for _ in range(4000)]
+    counts = np.array([picks.count((0, 1)), picks.count((1, 0))])
+    exact = np.exp([-1.0, -2.0]) / np.exp([-1.0, -2.0]).sum()  # 0.731, 0.269
+    assert np.allclose(exponential_probabilities([-1, -2], 2.0), exact)
+    assert counts.sum() == 4000 and stats.chisquare(counts, exact * 4000).pvalue > 0.01
 
 
 def test_scores_on_a_hand_example():
