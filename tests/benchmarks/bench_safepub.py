@@ -19,6 +19,11 @@ its 20 runs are 20 independent draws, as ours are 20 seeds::
 
     python tests/benchmarks/bench_safepub.py 20 --arx /tmp/arxsrc
 
+``--10m``: one run (epsilon 1) on ARX's Adult repeated 332 times (10,013,784 records), the
+whole step and its search timed::
+
+    python tests/benchmarks/bench_safepub.py --10m
+
 Importing this module has no side effects.
 """
 
@@ -192,8 +197,33 @@ def main(seeds: int = 20, arx: Path | None = None) -> None:
             print(f"  {name:>10}: {show(a)}" + (f"   | {show(b)}" if b is not None else ""))
 
 
+def ten_million() -> None:
+    import os
+
+    import pyarrow as pa
+
+    from anonflow import registry as plugins
+    from anonflow.params import validate_params
+    from anonflow.testing import make_context
+
+    t = adult()
+    big = t.replace(data=pa.concat_tables([t.data] * 332).combine_chunks())
+    lat = plugins.get_registry().get("algorithm", "lattice").obj
+    params = validate_params(lat.params, {"model": "ed-differential-privacy",
+                                          "model_params": {"epsilon": 1.0, "delta": 1e-6}})
+    lat.privacy_loss(params)
+    ctx = make_context(seed=1)
+    t0 = time.perf_counter()
+    lat.run(big, params, ctx)
+    print(f"{big.num_rows:,} records: {time.perf_counter() - t0:.1f} s (load {os.getloadavg()[0]:.2f})")
+    print(next(n for n in ctx.notes if "SafePub" in n))
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if "--10m" in args:
+        ten_million()
+        sys.exit(0)
     where = Path(args[args.index("--arx") + 1]) if "--arx" in args else None
     plain = [a for i, a in enumerate(args) if a != "--arx" and (i == 0 or args[i - 1] != "--arx")]
     main(int(plain[0]) if plain else 20, where)
