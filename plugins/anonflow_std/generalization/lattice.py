@@ -85,8 +85,10 @@ from anonflow.api import (CLASS, ROW, Algorithm, InputError, Metric, Param, Para
 
 from .. import __version__
 from ..common.columns import grading_of, real_counts, real_distinct, sensitive_column
+from ..common.dp_params import dp_settings, privacy_loss_of
 from ..common.hierarchy_levels import HierarchyLoss, Levels, need_hierarchies
 from .lattice_search import Part, Scorer, Search, Space, Verdict
+from .safepub import check_utility, run_safepub
 
 #: search a frequency table (distinct QI and sensitive combinations with their records)
 #: when the model and the utility allow it (off: one row per record, for comparison)
@@ -94,6 +96,8 @@ FREQUENCY = True
 #: prune the search by the loss bound (with suppression and a built-in loss; module
 #: docstring); False gives the search without it (every node classified), for comparison
 PRUNE = True
+#: the model that makes the lattice run SafePub (generalization/safepub.py)
+DP_MODEL = "ed-differential-privacy"
 
 
 class Lattice(Algorithm):
@@ -182,14 +186,32 @@ class Lattice(Algorithm):
                 if p.kind == "step" and isinstance(given.get(p.name), str)]
 
     def claims(self, params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        if params.get("model") == DP_MODEL:  # a guarantee of the mechanism: privacy_loss states it
+            return {}
         try:
             _, mparams = self._model(params)
         except InputError:
             return {}
         return {params["model"]: {k: v for k, v in mparams.items() if v is not None}}
 
+    def suppression_cap(self, params: Mapping[str, Any]) -> float:
+        # SafePub withholds the records it does not sample and those of classes below k:
+        # what the mechanism decides, not a cap to meet
+        return 1.0 if params.get("model") == DP_MODEL else super().suppression_cap(params)
+
+    def privacy_loss(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        if params.get("model") != DP_MODEL:
+            return None
+        return privacy_loss_of(dp_settings(self._model(params)[1]))
+
     def check(self, params: Mapping[str, Any], table: TypedTable | None = None, **tables: TypedTable) -> None:
-        self._model(params)
+        _, mparams = self._model(params)
+        if params["model"] == DP_MODEL:
+            dp_settings(mparams)
+            check_utility(params["utility"])
+            if table is not None:
+                need_hierarchies(table.typing.quasi, table.hierarchies, "lattice")
+            return
         utility, uparams = self._utility(params)
         if table is None:
             return
@@ -207,6 +229,11 @@ class Lattice(Algorithm):
         _, mparams = self._model(params)
         shown = ", ".join(f"{k}={v}" for k, v in mparams.items() if v is not None)
         limit = suppression_limit(params["suppression"], table.num_rows)
+        if params["model"] == DP_MODEL:
+            s = dp_settings(mparams, len(quasi))
+            return [f"lattice: {size:,} nodes ({' x '.join(map(str, shape))} levels over {', '.join(quasi)})",
+                    f"SafePub on {table.num_rows:,} records: ({s['epsilon']:g}, {s['delta']:g})-differential privacy, "
+                    f"beta {s['beta']:.6g}, k {s['k']}, {s['steps'] or 0} search steps; scored by {params['utility']}"]
         return [f"lattice: {size:,} nodes ({' x '.join(map(str, shape))} levels over {', '.join(quasi)})",
                 f"searches {table.num_rows:,} records for {params['model']} ({shown}), at most {limit:,} "
                 f"suppressed; best by {params['utility']}"]
@@ -220,6 +247,8 @@ class Lattice(Algorithm):
         """On a partitioned table: each fragment's frequency table where it lies, summed (the
         search needs nothing else) -- when the search runs on the frequency table at all."""
         model, _ = self._model(params)
+        if model.name == DP_MODEL:
+            return False
         utility, _ = self._utility(params)
         return bool(FREQUENCY and model.weighted_partitions and isinstance(utility, HierarchyLoss))
 
@@ -230,6 +259,9 @@ class Lattice(Algorithm):
     def run(self, table: TypedTable, params: Mapping[str, Any], ctx: StepContext) -> TypedTable:
         t0 = time.perf_counter()
         model, mparams = self._model(params)
+        if model.name == DP_MODEL:
+            need_hierarchies(table.typing.quasi, table.hierarchies, "lattice")
+            return run_safepub(table, params, mparams, ctx, published_typing)
         utility, uparams = self._utility(params)
         quasi = table.typing.quasi
         need_hierarchies(quasi, table.hierarchies, "lattice")
