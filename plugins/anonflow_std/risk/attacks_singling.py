@@ -32,7 +32,7 @@ Left out: the multivariate mode (queries on several columns built from released 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -131,19 +131,23 @@ def probability_integral(n: np.ndarray, w: float) -> np.ndarray:
 
 
 def size_correction(C: np.ndarray, queries: tuple[np.ndarray, np.ndarray, np.ndarray], n_original: int,
-                    rng: np.random.Generator) -> float:
+                    rng: np.random.Generator,
+                    successes: Callable[[np.ndarray], int] | None = None) -> float:
     """``f(n_original) / f(n_control)`` with ``f`` fitted to the singling-out counts of the
-    queries on random subsamples of the control rows ``C`` (module docstring)."""
+    queries on random subsamples of the control rows ``C`` (module docstring). ``successes``
+    counts them for a subsample's row indices (default: the univariate queries' count)."""
     from scipy.optimize import curve_fit
 
+    if successes is None:
+        def successes(rows: np.ndarray) -> int:
+            return int((query_counts(C[rows], *queries) == 1).sum())
     n = C.shape[0]
-    sizes, successes = [], []
+    sizes, counts = [], []
     for size in np.linspace(min(1000, n), n, 10).astype(int):
         for _ in range(5):
-            sub = C[rng.choice(n, size=size, replace=False)]
-            successes.append(int((query_counts(sub, *queries) == 1).sum()))
+            counts.append(successes(rng.choice(n, size=size, replace=False)))
             sizes.append(size)
-    x, y = np.array(sizes, dtype=np.float64), np.array(successes, dtype=np.float64)
+    x, y = np.array(sizes, dtype=np.float64), np.array(counts, dtype=np.float64)
 
     def model(x, w, norm):
         return norm * probability_integral(x, w)
@@ -167,6 +171,16 @@ class SinglingOutRisk(Metric):
         Param("n_attacks", "int", default=500, min=1, max=1_000_000,
               help="singling-out queries the attacker writes (anonymeter's default 500); the risk divides by it"),
         CONFIDENCE,
+        Param("mode", "str", default="univariate", choices=("univariate", "multivariate"),
+              help="univariate: queries on one column (rare values, extremes); multivariate: queries on n_cols "
+                   "columns built from released records (anonymeter's default mode)"),
+        Param("n_cols", "int", default=3, min=1, max=1000,
+              help="multivariate: the columns each query conditions on (anonymeter's default 3; at most the "
+                   "number of columns queried)"),
+        Param("max_attempts", "int", default=10_000_000, min=1, nullable=True,
+              help="multivariate: the attempts (released record and columns drawn) the attacker may spend to find "
+                   "n_attacks singling-out queries, counted per batch of 1000 (anonymeter's default 10 million; "
+                   "null: no limit)"),
     )
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
@@ -189,6 +203,14 @@ class SinglingOutRisk(Metric):
             cat[cat == -1] = np.nan
         R, O, C = distinct_records(R), distinct_records(O), distinct_records(C)
         n_att = int(params.get("n_attacks") or 500)
+        if (params.get("mode") or "univariate") == "multivariate":
+            from .singling_multi import multivariate_risk
+
+            n_cols = int(params.get("n_cols") or 3)
+            if n_cols > len(cols):
+                raise InputError(f"{self.name}: n_cols {n_cols} exceeds the {len(cols)} columns queried")
+            return multivariate_risk(self.name, R, O, C, numeric, n_att, n_cols, params.get("max_attempts", 10_000_000),
+                                     float(params.get("confidence") or 0.95), ctx)
         queries = univariate_queries(R, numeric, ctx.rng, n_att)
         s_t = int((query_counts(O, *queries) == 1).sum())
         s_c: float = int((query_counts(C, *queries) == 1).sum())
