@@ -40,11 +40,12 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from .. import __version__
 from .attacks import CONFIDENCE, CONTROL, attack_risk, control_table, encode
+from .singling_multi import EQ, GE, GT, LE, LT, NE, NOT_NULL, NULL, fit_size_correction, multivariate_risk
+from .singling_multi import probability_integral as probability_integral
 
-__all__ = ["SinglingOutRisk", "distinct_records", "univariate_queries", "query_counts", "size_correction"]
+__all__ = ["EQ", "GE", "GT", "LE", "LT", "NE", "NOT_NULL", "NULL", "SinglingOutRisk", "distinct_records",
+           "probability_integral", "query_counts", "size_correction", "univariate_queries"]
 
-# operators of a query: (column, operator, value)
-EQ, NE, GT, LT, GE, LE, NULL, NOT_NULL = range(8)
 RESERVED = ("_row", "_class")
 
 
@@ -123,39 +124,16 @@ def random_queries(R: np.ndarray, numeric: np.ndarray, rng: np.random.Generator,
     return cols, ops, vals
 
 
-def probability_integral(n: np.ndarray, w: float) -> np.ndarray:
-    """``(1 - (n w + 1)(1 - w)^n) / (n + 1)``: anonymeter's singling-out probability
-    integrated over query weights from 0 to ``w``."""
-    n = np.asarray(n, dtype=np.float64)
-    return (1.0 - (n * w + 1.0) * (1.0 - w) ** n) / (n + 1.0)
-
-
 def size_correction(C: np.ndarray, queries: tuple[np.ndarray, np.ndarray, np.ndarray], n_original: int,
                     rng: np.random.Generator,
                     successes: Callable[[np.ndarray], int] | None = None) -> float:
     """``f(n_original) / f(n_control)`` with ``f`` fitted to the singling-out counts of the
     queries on random subsamples of the control rows ``C`` (module docstring). ``successes``
     counts them for a subsample's row indices (default: the univariate queries' count)."""
-    from scipy.optimize import curve_fit
-
     if successes is None:
         def successes(rows: np.ndarray) -> int:
             return int((query_counts(C[rows], *queries) == 1).sum())
-    n = C.shape[0]
-    sizes, counts = [], []
-    for size in np.linspace(min(1000, n), n, 10).astype(int):
-        for _ in range(5):
-            counts.append(successes(rng.choice(n, size=size, replace=False)))
-            sizes.append(size)
-    x, y = np.array(sizes, dtype=np.float64), np.array(counts, dtype=np.float64)
-
-    def model(x, w, norm):
-        return norm * probability_integral(x, w)
-
-    w0 = 1.0 / x.max()
-    p, _ = curve_fit(model, xdata=x, ydata=y, bounds=(0, (1, np.inf)), p0=(w0, 1.0 / probability_integral(x.max(),
-                                                                                                          w0)))
-    return float(model(n_original, *p) / model(n, *p))
+    return fit_size_correction(C.shape[0], n_original, rng, successes)
 
 
 class SinglingOutRisk(Metric):
@@ -204,8 +182,6 @@ class SinglingOutRisk(Metric):
         R, O, C = distinct_records(R), distinct_records(O), distinct_records(C)
         n_att = int(params.get("n_attacks") or 500)
         if (params.get("mode") or "univariate") == "multivariate":
-            from .singling_multi import multivariate_risk
-
             n_cols = int(params.get("n_cols") or 3)
             if n_cols > len(cols):
                 raise InputError(f"{self.name}: n_cols {n_cols} exceeds the {len(cols)} columns queried")

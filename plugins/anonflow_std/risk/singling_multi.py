@@ -28,11 +28,13 @@ from typing import Callable
 import numpy as np
 
 from .attacks import attack_risk
-from .attacks_singling import EQ, GE, GT, LE, LT, NE, NOT_NULL, NULL, size_correction
 
-__all__ = ["Ranks", "conjunction_counts", "conjunction_counts_dense", "conjunction_matches", "multivariate_queries",
-           "multivariate_risk", "random_conjunctions", "subsample_successes"]
+__all__ = ["EQ", "GE", "GT", "LE", "LT", "NE", "NOT_NULL", "NULL", "Ranks", "conjunction_counts",
+           "conjunction_counts_dense", "conjunction_matches", "fit_size_correction", "multivariate_queries",
+           "multivariate_risk", "probability_integral", "random_conjunctions", "subsample_successes"]
 
+# operators of a condition (column, operator, value); the univariate mode's queries use them too
+EQ, NE, GT, LT, GE, LE, NULL, NOT_NULL = range(8)
 BLOCK_CELLS = 1 << 22  # ranks gathered at once (16 MiB)
 
 Queries = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -243,6 +245,36 @@ def random_conjunctions(R: np.ndarray, numeric: np.ndarray, rng: np.random.Gener
 MAX_PAIRS = 50_000_000  # (query, control row) matches kept for the size correction's subsamples
 
 
+def probability_integral(n: np.ndarray, w: float) -> np.ndarray:
+    """``(1 - (n w + 1)(1 - w)^n) / (n + 1)``: anonymeter's singling-out probability
+    integrated over query weights from 0 to ``w``."""
+    n = np.asarray(n, dtype=np.float64)
+    return (1.0 - (n * w + 1.0) * (1.0 - w) ** n) / (n + 1.0)
+
+
+def fit_size_correction(n: int, n_original: int, rng: np.random.Generator,
+                        successes: Callable[[np.ndarray], int]) -> float:
+    """``f(n_original) / f(n)`` with ``f(x) = norm * probability_integral(x, w)`` fitted by least
+    squares to ``successes`` (the queries singling out) on random subsamples of ``n`` control rows:
+    10 sizes from ``min(1000, n)`` to ``n``, 5 subsamples each (anonymeter's correction)."""
+    from scipy.optimize import curve_fit  # deferred: scipy only when the control set's size differs
+
+    sizes, counts = [], []
+    for size in np.linspace(min(1000, n), n, 10).astype(int):
+        for _ in range(5):
+            counts.append(successes(rng.choice(n, size=size, replace=False)))
+            sizes.append(size)
+    x, y = np.array(sizes, dtype=np.float64), np.array(counts, dtype=np.float64)
+
+    def model(x, w, norm):
+        return norm * probability_integral(x, w)
+
+    w0 = 1.0 / x.max()
+    p, _ = curve_fit(model, xdata=x, ydata=y, bounds=(0, (1, np.inf)), p0=(w0, 1.0 / probability_integral(x.max(),
+                                                                                                          w0)))
+    return float(model(n_original, *p) / model(n, *p))
+
+
 def multivariate_risk(name: str, R: np.ndarray, O: np.ndarray, C: np.ndarray, numeric: np.ndarray, n_att: int,
                       n_cols: int, max_attempts: int | None, confidence: float, ctx) -> dict[str, float]:
     """The multivariate attack on the distinct released, original and control rows: the
@@ -263,7 +295,7 @@ def multivariate_risk(name: str, R: np.ndarray, O: np.ndarray, C: np.ndarray, nu
             def successes(rows: np.ndarray) -> int:
                 return int(Ranks(C[rows]).single(*queries).sum())
         try:
-            correction = size_correction(C, queries, O.shape[0], ctx.rng, successes)
+            correction = fit_size_correction(C.shape[0], O.shape[0], ctx.rng, successes)
         except (RuntimeError, ValueError) as exc:  # least squares found no fit (anonymeter stops here)
             fitted = 0.0
             ctx.note(f"{name}: the control count is not corrected for the control set's size "
