@@ -27,7 +27,8 @@ typed tables (``anonflow.testing.typed_table``). Each part prints wall and CPU s
   200 queries (``conjunction_counts_dense``), DuckDB (conditions as a table joined to the data
   in long form on the column, grouped by query and record, then by query), and pandas
   ``DataFrame.query`` per query (100 queries, the time scaled to 2000): what a Python loop of
-  full scans costs.
+  full scans costs. And the generator's work: one batch of 1000 attempts (nearly all failing)
+  with full rank counts and with the prefilter.
 
 The machine (CPUs, load average) is printed first and last. Benchmarks print figures; nothing
 here asserts a timing. Importing this module has no side effects.
@@ -168,6 +169,18 @@ def bench_singling(n: int, n_attacks: int) -> None:
     show(f"count {len(qc)} queries: rank codes (Ranks.counts)", len(X), wall, cpu, f"(single {(counts == 1).sum()})")
     single, wall, cpu = timed(lambda: ranks.single(qc, qo, qv))
     show("  exactly one: rank codes + 1/16 prefilter", len(X), wall, cpu, f"(single {single.sum()})")
+
+    # the generator's work: 1000 attempts (random records and columns), nearly all failing
+    rng = np.random.default_rng(2)
+    med = np.array([np.median(X[~np.isnan(X[:, j]), j]) if numeric[j] else np.nan for j in range(X.shape[1])])
+    rows = rng.integers(0, len(X), 1000)
+    ac = np.sort(np.argsort(rng.random((1000, X.shape[1])), axis=1)[:, :3], axis=1)
+    av = X[rows[:, None], ac]
+    ao = np.where(numeric[ac], np.where(av > med[ac], GE, LE), EQ)
+    full, wall, cpu = timed(lambda: ranks.counts(ac, ao, av) == 1)
+    show("1000 attempts: rank codes, full counts", len(X), wall, cpu, f"(single {full.sum()})")
+    pre, wall, cpu = timed(lambda: ranks.single(ac, ao, av))
+    show("  rank codes + 1/16 prefilter", len(X), wall, cpu, f"(single {pre.sum()}, same: {(pre == full).all()})")
 
     def dense():
         return np.concatenate([conjunction_counts_dense(X, qc[i:i + 200], qo[i:i + 200], qv[i:i + 200])

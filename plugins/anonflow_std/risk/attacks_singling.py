@@ -27,7 +27,8 @@ singling-out queries (the number found is ``.queries``): the risk is then an und
 The random guesser: ``n_attacks`` queries of a random column, a random released value (or
 null) and a random operator (``==``/``!=`` for a category, any comparison for a number).
 
-Left out: the multivariate mode (queries on several columns built from released records).
+``mode: multivariate`` (anonymeter's default mode: queries on ``n_cols`` columns built from
+released records) is in :mod:`.singling_multi`; this module dispatches to it.
 """
 
 from __future__ import annotations
@@ -139,8 +140,9 @@ def size_correction(C: np.ndarray, queries: tuple[np.ndarray, np.ndarray, np.nda
 class SinglingOutRisk(Metric):
     name = "singling-out-risk"
     version = __version__
-    description = ("anonymeter's univariate singling-out attack: queries on one column that match one released "
-                   "record, their success on the original beyond that on a control set.")
+    description = ("anonymeter's singling-out attack: queries (on one column, or on n_cols columns built from "
+                   "released records) that match one released record, their success on the original beyond that on "
+                   "a control set.")
     category = "risk"
     params = (
         Param("columns", "list", items="str", default=None, nullable=True,
