@@ -170,18 +170,6 @@ def bench_singling(n: int, n_attacks: int) -> None:
     single, wall, cpu = timed(lambda: ranks.single(qc, qo, qv))
     show("  exactly one: rank codes + 1/16 prefilter", len(X), wall, cpu, f"(single {single.sum()})")
 
-    # the generator's work: 1000 attempts (random records and columns), nearly all failing
-    rng = np.random.default_rng(2)
-    med = np.array([np.median(X[~np.isnan(X[:, j]), j]) if numeric[j] else np.nan for j in range(X.shape[1])])
-    rows = rng.integers(0, len(X), 1000)
-    ac = np.sort(np.argsort(rng.random((1000, X.shape[1])), axis=1)[:, :3], axis=1)
-    av = X[rows[:, None], ac]
-    ao = np.where(numeric[ac], np.where(av > med[ac], GE, LE), EQ)
-    full, wall, cpu = timed(lambda: ranks.counts(ac, ao, av) == 1)
-    show("1000 attempts: rank codes, full counts", len(X), wall, cpu, f"(single {full.sum()})")
-    pre, wall, cpu = timed(lambda: ranks.single(ac, ao, av))
-    show("  rank codes + 1/16 prefilter", len(X), wall, cpu, f"(single {pre.sum()}, same: {(pre == full).all()})")
-
     def dense():
         return np.concatenate([conjunction_counts_dense(X, qc[i:i + 200], qo[i:i + 200], qv[i:i + 200])
                                for i in range(0, len(qc), 200)])
@@ -220,11 +208,24 @@ def bench_singling(n: int, n_attacks: int) -> None:
     sym = {EQ: "==", NE: "!=", GT: ">", LT: "<", GE: ">=", LE: "<="}
 
     def loop():
-        return np.array([len(df.query(" and ".join(f"c{j} {sym[o]} {v!r}" for j, o, v in zip(c.tolist(), o_.tolist(), v_.tolist()))))
-                         for c, o_, v_ in zip(qc[:100], qo[:100], qv[:100])])
+        def text(c, o, v):
+            return " and ".join(f"c{j} {sym[op]} {x!r}" for j, op, x in zip(c.tolist(), o.tolist(), v.tolist()))
+        return np.array([len(df.query(text(c, o, v))) for c, o, v in zip(qc[:100], qo[:100], qv[:100])])
     d, wall, cpu = timed(loop)
     show("  pandas .query per query (100, x20)", len(X), wall * len(qc) / 100, cpu * len(qc) / 100,
          f"(same counts: {(d == counts[:100]).all()})")
+
+    # the generator's work: 1000 attempts (random records and columns), nearly all failing
+    rng = np.random.default_rng(2)
+    med = np.array([np.median(X[~np.isnan(X[:, j]), j]) if numeric[j] else np.nan for j in range(X.shape[1])])
+    rows = rng.integers(0, len(X), 1000)
+    ac = np.sort(np.argsort(rng.random((1000, X.shape[1])), axis=1)[:, :3], axis=1)
+    av = X[rows[:, None], ac]
+    ao = np.where(numeric[ac], np.where(av > med[ac], GE, LE), EQ)
+    full, wall, cpu = timed(lambda: ranks.counts(ac, ao, av) == 1)
+    show("1000 attempts: rank codes, full counts", len(X), wall, cpu, f"(single {full.sum()})")
+    pre, wall, cpu = timed(lambda: ranks.single(ac, ao, av))
+    show("  rank codes + 1/16 prefilter", len(X), wall, cpu, f"(single {pre.sum()}, same: {(pre == full).all()})")
 
 
 def option(args: list[str], name: str, default: int) -> int:

@@ -34,8 +34,8 @@ polars' JSON serialization, parsed here into our conditions (a category's text m
 codes) and counted by our code on the distinct training and control records: the counts must
 equal anonymeter's query for query; (b) the risk of the noised release over seeds 0..9 in both
 (queries are random: only the distributions compare), mean and standard error side by side.
-``--multivariate-only`` runs this part alone. Nothing here asserts; the figures go to docs/perturbation-attacks.md. Importing this module has no side
-effects.
+``--multivariate-only`` runs this part alone. Nothing here asserts; the figures go to
+docs/perturbation-attacks.md. Importing this module has no side effects.
 """
 
 from __future__ import annotations
@@ -387,11 +387,11 @@ def multivariate(folder: Path, n: int, n_attacks: int, venv: Path, n_seeds: int 
         a = np.array([x[key] for x in mine], dtype=float)
         b = np.array([x[key] for x in ref["seeds"]], dtype=float)
         sa, sb = a.std(ddof=1) / np.sqrt(a.size), b.std(ddof=1) / np.sqrt(b.size)
+        z = abs(a.mean() - b.mean()) / max(np.hypot(sa, sb), 1e-12)
         lines.append(f"    {key:9s} anonflow {a.mean():10.4f} +- {sa:.4f}   anonymeter {b.mean():10.4f} +- {sb:.4f}"
-                     f"   difference {a.mean() - b.mean():+.4f} ({abs(a.mean() - b.mean()) / max(np.hypot(sa, sb), 1e-12):.2f}"
-                     " combined standard errors)")
-    lines.append(f"  seconds for {n_seeds} seeds: anonflow {ours_s:.1f}; anonymeter (with its query export) {theirs_s:.1f}"
-                 f", of which its {n_seeds} evaluations {sum(x['seconds'] for x in ref['seeds']):.1f}")
+                     f"   difference {a.mean() - b.mean():+.4f} ({z:.2f} combined standard errors)")
+    lines.append(f"  seconds for {n_seeds} seeds: anonflow {ours_s:.1f}; anonymeter (with its query export) "
+                 f"{theirs_s:.1f}, of which its {n_seeds} evaluations {sum(x['seconds'] for x in ref['seeds']):.1f}")
     return lines
 
 

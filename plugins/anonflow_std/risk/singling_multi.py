@@ -16,9 +16,10 @@ its query matches exactly one row of ``R`` and is not kept already, in attempt o
 ``n_queries`` are kept or ``max_attempts`` attempts are spent (counted per batch, as anonymeter
 does).
 
-Counting: ``X`` transposed once (one contiguous row per column); a block of queries gathers its
-columns as ``(block, n)`` arrays and compares them with the values row by row, so memory stays
-within ``BLOCK_CELLS`` floats whatever the number of queries.
+Counting (:class:`Ranks`): each table once as the ranks of its values per column; a condition
+is a range of ranks, tested for a block of queries against every row with one subtraction and
+one unsigned comparison per cell, blocks of at most ``BLOCK_CELLS`` cells whatever the number
+of queries; "exactly one" first on every 16th row (two matches there rule a query out).
 """
 
 from __future__ import annotations
@@ -303,7 +304,7 @@ def multivariate_risk(name: str, R: np.ndarray, O: np.ndarray, C: np.ndarray, nu
                      f"({exc}); a query of a rare value singles out less often in fewer records, so the risk "
                      "is more likely over- than underestimated")
         s_c = min(s_c * correction, float(n_att))  # a rate above 1 has no Wilson interval
-    s_b = int(ranks_o.single(*random_conjunctions(R, numeric, ctx.rng, n_att, n_cols)).sum())
+    s_b = int(ranks_o.single(*random_conjunctions(R, numeric, ctx.rng, n_att, n_cols)).sum()) if R.shape[0] else 0
     ctx.note(f"{name}: {n_q} multivariate queries on {n_cols} columns single out one released record "
              f"({attempts} attempts); {s_t} single out one original and {s_c:.6g} one control record"
              + (f" (count x {correction:.6g} for {C.shape[0]} against {O.shape[0]} distinct records)"
