@@ -41,8 +41,8 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from .. import __version__
 from .attacks import CONFIDENCE, CONTROL, attack_risk, control_table, encode
-from .singling_multi import EQ, GE, GT, LE, LT, NE, NOT_NULL, NULL, fit_size_correction, multivariate_risk
-from .singling_multi import probability_integral as probability_integral
+from .singling_multi import (EQ, GE, GT, LE, LT, NE, NOT_NULL, NULL, fit_size_correction, multivariate_risk,
+                             probability_integral)
 
 __all__ = ["EQ", "GE", "GT", "LE", "LT", "NE", "NOT_NULL", "NULL", "SinglingOutRisk", "distinct_records",
            "probability_integral", "query_counts", "size_correction", "univariate_queries"]
@@ -187,8 +187,9 @@ class SinglingOutRisk(Metric):
             n_cols = int(params.get("n_cols") or 3)
             if n_cols > len(cols):
                 raise InputError(f"{self.name}: n_cols {n_cols} exceeds the {len(cols)} columns queried")
-            return multivariate_risk(self.name, R, O, C, numeric, n_att, n_cols, params.get("max_attempts", 10_000_000),
-                                     float(params.get("confidence") or 0.95), ctx)
+            return multivariate_risk(self.name, R, O, C, numeric, n_att, n_cols,
+                                     params.get("max_attempts", 10_000_000), float(params.get("confidence") or 0.95),
+                                     ctx)
         queries = univariate_queries(R, numeric, ctx.rng, n_att)
         s_t = int((query_counts(O, *queries) == 1).sum())
         s_c: float = int((query_counts(C, *queries) == 1).sum())

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from anonflow.api import InputError
-from anonflow.params import validate_params
+from anonflow.params import ParamError, validate_params
 from anonflow.testing import make_context, typed_table
 from anonflow_std.risk import singling_multi as sm
 from anonflow_std.risk.attacks import encode, wilson
@@ -154,7 +154,7 @@ def test_refusals_are_one_line():
     for params, message in cases:
         with pytest.raises(Exception, match=message) as err:
             run_metric(rel, rel, rel, **params)
-        assert isinstance(err.value, (InputError, ValueError)) and "\n" not in str(err.value)
+        assert isinstance(err.value, (InputError, ParamError)) and "\n" not in str(err.value)
 
 
 def test_workflow_multivariate_is_deterministic(cli, project):
