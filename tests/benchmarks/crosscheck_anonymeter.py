@@ -25,9 +25,17 @@ so both sides use every one of them; train and control hold distinct records onl
 correction (anonymeter fits it on unseeded subsamples) enters. The neighbour searches are also
 compared directly (indices and distances of the 5 nearest, every record), and for the numeric
 secret our guesses are counted with both tolerance rules. Printed side by side: successes on the
-targets and on the control set, the rates and the risk with its interval. Nothing here
-asserts; the figures go to docs/perturbation-attacks.md. Importing this module has no side
-effects.
+targets and on the control set, the rates and the risk with its interval.
+
+Multivariate singling out (``mode: multivariate``, ``n_cols`` 3), on ``--multi-n`` records
+(default 3000) of the same split, ``--multi-attacks`` queries (default 300): (a) anonymeter's
+own queries (its generator, seed 0, and its random guesser's), exported from the other venv as
+polars' JSON serialization, parsed here into our conditions (a category's text mapped to our
+codes) and counted by our code on the distinct training and control records: the counts must
+equal anonymeter's query for query; (b) the risk of the noised release over seeds 0..9 in both
+(queries are random: only the distributions compare), mean and standard error side by side.
+``--multivariate-only`` runs this part alone. Nothing here asserts; the figures go to
+docs/perturbation-attacks.md. Importing this module has no side effects.
 """
 
 from __future__ import annotations
@@ -101,6 +109,42 @@ for release in ("noised", "as-is"):
             d, i = nn.kneighbors(q[cols], return_distance=True)
             np.save(f"{folder}/nn-{release}-{half}-{label}-idx.npy", i)
             np.save(f"{folder}/nn-{release}-{half}-{label}-dist.npy", d)
+print(json.dumps(out))
+'''
+
+MULTI = r'''
+import json, sys, time, warnings
+import numpy as np
+import pandas as pd
+import polars as pl
+warnings.simplefilter("ignore")
+import logging
+logging.disable(logging.WARNING)
+from anonymeter.evaluators import SinglingOutEvaluator
+from anonymeter.evaluators.singling_out_evaluator import (_evaluate_queries, _random_queries,
+                                                           multivariate_singling_out_queries)
+folder, n_attacks, n_seeds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ori = pd.read_parquet(f"{folder}/mtrain.parquet")
+ctl = pd.read_parquet(f"{folder}/mcontrol.parquet")
+out = {"queries": {}, "seeds": []}
+for release in ("noised", "as-is"):
+    syn = pl.DataFrame(pd.read_parquet(f"{folder}/m{release}.parquet")).unique(maintain_order=True)
+    o, c = pl.DataFrame(ori).unique(maintain_order=True), pl.DataFrame(ctl).unique(maintain_order=True)
+    rng = np.random.default_rng(0)
+    for kind, qs in (("attack", multivariate_singling_out_queries(syn, n_attacks, 3, 10_000_000, rng)),
+                     ("guess", _random_queries(syn, n_attacks, 3, rng))):
+        out["queries"][f"{release}|{kind}"] = {
+            "json": [q.meta.serialize(format="json") for q in qs],
+            "train": list(_evaluate_queries(o, qs)), "control": list(_evaluate_queries(c, qs)),
+            "released": list(_evaluate_queries(syn, qs))}
+syn = pd.read_parquet(f"{folder}/mnoised.parquet")
+for seed in range(n_seeds):
+    t = time.perf_counter()
+    ev = SinglingOutEvaluator(ori=ori, syn=syn, n_attacks=n_attacks, n_cols=3, control=ctl, seed=seed)
+    ev.evaluate(mode="multivariate")
+    res, risk = ev.results(), ev.risk()
+    out["seeds"].append({"success": int(res.n_success), "control": float(res.n_control),
+                         "baseline": int(res.n_baseline), "risk": risk.value, "seconds": time.perf_counter() - t})
 print(json.dumps(out))
 '''
 
@@ -241,13 +285,131 @@ def compare_neighbours(folder: Path) -> list[str]:
     return lines
 
 
+def parse_query(text: str, position: dict, codes: dict) -> list[tuple[int, int, float]]:
+    """polars' JSON of a conjunction into our conditions ``(column, operator, value)``."""
+    from anonflow_std.risk.singling_multi import EQ, GE, GT, LE, LT, NE, NOT_NULL, NULL
+
+    ops = {"Eq": EQ, "NotEq": NE, "Gt": GT, "Lt": LT, "GtEq": GE, "LtEq": LE}
+
+    def leaf(lit):
+        while isinstance(lit, dict):
+            lit = next(iter(lit.values()))
+        return lit
+
+    def walk(e) -> list:
+        if "BinaryExpr" in e:
+            b = e["BinaryExpr"]
+            if b["op"] == "And":
+                return walk(b["left"]) + walk(b["right"])
+            col = b["left"]["Column"]
+            v = leaf(b["right"]["Literal"])
+            value = float(codes[col].get(v, -2.0)) if col in codes else float(v)  # -2: a text no table holds
+            return [(position[col], ops[b["op"]], value)]
+        f = e["Function"]
+        fn = f["function"]["Boolean"]
+        if fn == "IsNull":
+            return [(position[f["input"][0]["Column"]], NULL, float("nan"))]
+        if fn == "Not" and "Function" in f["input"][0]:
+            return [(position[f["input"][0]["Function"]["input"][0]["Column"]], NOT_NULL, float("nan"))]
+        raise ValueError(f"unexpected expression {e}")
+
+    return sorted(walk(json.loads(text)))
+
+
+def multivariate(folder: Path, n: int, n_attacks: int, venv: Path, n_seeds: int = 10) -> list[str]:
+    """Part (a) and (b) of the multivariate cross-check (module docstring)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from anonflow.params import validate_params
+    from anonflow.testing import make_context, typed_table
+    from anonflow_std.risk.attacks import encode
+    from anonflow_std.risk.attacks_singling import SinglingOutRisk, distinct_records
+    from anonflow_std.risk.singling_multi import conjunction_counts
+
+    for name in ("train", "control", "noised", "as-is"):
+        pq.write_table(pq.read_table(folder / f"{name}.parquet").slice(0, n), folder / f"m{name}.parquet")
+
+    def load(name):
+        t = pq.read_table(folder / f"m{name}.parquet")
+        return typed_table({c: t.column(c).combine_chunks() for c in t.column_names}), t.to_pandas()
+
+    t0 = time.perf_counter()
+    ref = json.loads(subprocess.run([str(venv / "bin" / "python"), "-c", MULTI, str(folder), str(n_attacks),
+                                     str(n_seeds)], check=True, capture_output=True, text=True).stdout)
+    theirs_s = time.perf_counter() - t0
+    (train, ftrain), (control, fcontrol) = load("train"), load("control")
+    lines = [f"multivariate singling out, n_cols 3, {n} training and {n} control records, {n_attacks} queries"]
+    for release in ("noised", "as-is"):
+        rel, frel = load(release)
+        cols = list(frel.columns)
+        (R, O, C), n_num = encode((rel, train, control), cols, "crosscheck", ("released", "original", "control"))
+        for X in (R, O, C):
+            X[:, n_num:][X[:, n_num:] == -1] = np.nan
+        num = sorted(c for c in cols if np.issubdtype(frel[c].dtype, np.number))  # encode's order
+        order = num + sorted(c for c in cols if c not in num)
+        position = {c: j for j, c in enumerate(order)}
+        codes = {}
+        for c in order[n_num:]:
+            j = position[c]
+            codes[c] = {}
+            for frame, X in ((frel, R), (ftrain, O), (fcontrol, C)):
+                codes[c].update(zip(frame[c].tolist(), X[:, j].tolist()))
+        R, O, C = distinct_records(R), distinct_records(O), distinct_records(C)
+        for kind in ("attack", "guess"):
+            q = ref["queries"][f"{release}|{kind}"]
+            conds = [parse_query(text, position, codes) for text in q["json"]]
+            qc = np.array([[c[0] for c in x] for x in conds], dtype=np.int64).reshape(len(conds), 3)
+            qo = np.array([[c[1] for c in x] for x in conds], dtype=np.int64).reshape(len(conds), 3)
+            qv = np.array([[c[2] for c in x] for x in conds], dtype=np.float64).reshape(len(conds), 3)
+            parts = []
+            for label, X in (("released", R), ("train", O), ("control", C)):
+                mine = conjunction_counts(X, qc, qo, qv)
+                same = int((mine == np.array(q[label])).sum())
+                parts.append(f"{label}: counts equal for {same} of {len(conds)} queries, singling out "
+                             f"{int((mine == 1).sum())} (anonymeter {int((np.array(q[label]) == 1).sum())})")
+            lines.append(f"  anonymeter's {kind} queries on the {release} release, counted by us: " + "; ".join(parts))
+    rel, _ = load("noised")
+    mine = []
+    t0 = time.perf_counter()
+    m = SinglingOutRisk()
+    for seed in range(n_seeds):
+        ctx = make_context(seed=seed)
+        ctx.tables = {"control": control}.__getitem__
+        r = m.compute(train, rel, validate_params(m.params, {"control": "control", "n_attacks": n_attacks,
+                                                              "mode": "multivariate"}), ctx)
+        mine.append({"success": r["singling-out-risk.attack_successes"],
+                     "control": r["singling-out-risk.control_successes"],
+                     "baseline": r["singling-out-risk.baseline_successes"], "risk": r["singling-out-risk"]})
+    ours_s = time.perf_counter() - t0
+    lines.append(f"  risk of the noised release over seeds 0..{n_seeds - 1} (mean, standard error of the mean):")
+    for key in ("success", "control", "baseline", "risk"):
+        a = np.array([x[key] for x in mine], dtype=float)
+        b = np.array([x[key] for x in ref["seeds"]], dtype=float)
+        sa, sb = a.std(ddof=1) / np.sqrt(a.size), b.std(ddof=1) / np.sqrt(b.size)
+        z = abs(a.mean() - b.mean()) / max(np.hypot(sa, sb), 1e-12)
+        lines.append(f"    {key:9s} anonflow {a.mean():10.4f} +- {sa:.4f}   anonymeter {b.mean():10.4f} +- {sb:.4f}"
+                     f"   difference {a.mean() - b.mean():+.4f} ({z:.2f} combined standard errors)")
+    lines.append(f"  seconds for {n_seeds} seeds: anonflow {ours_s:.1f}; anonymeter (with its query export) "
+                 f"{theirs_s:.1f}, of which its {n_seeds} evaluations {sum(x['seconds'] for x in ref['seeds']):.1f}")
+    return lines
+
+
 def main(argv: list[str]) -> None:
     n = int(argv[argv.index("--n") + 1]) if "--n" in argv else 5000
     venv = Path(argv[argv.index("--venv") + 1]) if "--venv" in argv else Path("/tmp/anonvenv")
+    multi_n = int(argv[argv.index("--multi-n") + 1]) if "--multi-n" in argv else 3000
+    multi_attacks = int(argv[argv.index("--multi-attacks") + 1]) if "--multi-attacks" in argv else 300
     print(f"cpus {os.cpu_count()}, load {os.getloadavg()}, n = {n} training and {n} control records")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        build(folder, n)
+        build(folder, max(n, multi_n))
+        if "--multivariate-only" in argv:
+            for line in multivariate(folder, multi_n, multi_attacks, venv):
+                print(line)
+            print(f"load {os.getloadavg()}")
+            return
+        multi = multivariate(folder, multi_n, multi_attacks, venv)
         mine, singling = ours(folder)
         ref = json.loads(subprocess.run([str(venv / "bin" / "python"), "-c", ANONYMETER, tmp, json.dumps(CASES),
                                          json.dumps(singling)], check=True, capture_output=True, text=True).stdout)
@@ -269,6 +431,8 @@ def main(argv: list[str]) -> None:
     print("the 5 nearest released records of every record, anonflow's search against anonymeter's:")
     for line in neighbours:
         print("  " + line)
+    for line in multi:
+        print(line)
     print(f"load {os.getloadavg()}")
 
 

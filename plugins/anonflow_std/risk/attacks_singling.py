@@ -27,12 +27,13 @@ singling-out queries (the number found is ``.queries``): the risk is then an und
 The random guesser: ``n_attacks`` queries of a random column, a random released value (or
 null) and a random operator (``==``/``!=`` for a category, any comparison for a number).
 
-Left out: the multivariate mode (queries on several columns built from released records).
+``mode: multivariate`` (anonymeter's default mode: queries on ``n_cols`` columns built from
+released records) is in :mod:`.singling_multi`; this module dispatches to it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -40,11 +41,12 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from .. import __version__
 from .attacks import CONFIDENCE, CONTROL, attack_risk, control_table, encode
+from .singling_multi import (EQ, GE, GT, LE, LT, NE, NOT_NULL, NULL, fit_size_correction, multivariate_risk,
+                             probability_integral)
 
-__all__ = ["SinglingOutRisk", "distinct_records", "univariate_queries", "query_counts", "size_correction"]
+__all__ = ["EQ", "GE", "GT", "LE", "LT", "NE", "NOT_NULL", "NULL", "SinglingOutRisk", "distinct_records",
+           "probability_integral", "query_counts", "size_correction", "univariate_queries"]
 
-# operators of a query: (column, operator, value)
-EQ, NE, GT, LT, GE, LE, NULL, NOT_NULL = range(8)
 RESERVED = ("_row", "_class")
 
 
@@ -123,42 +125,24 @@ def random_queries(R: np.ndarray, numeric: np.ndarray, rng: np.random.Generator,
     return cols, ops, vals
 
 
-def probability_integral(n: np.ndarray, w: float) -> np.ndarray:
-    """``(1 - (n w + 1)(1 - w)^n) / (n + 1)``: anonymeter's singling-out probability
-    integrated over query weights from 0 to ``w``."""
-    n = np.asarray(n, dtype=np.float64)
-    return (1.0 - (n * w + 1.0) * (1.0 - w) ** n) / (n + 1.0)
-
-
 def size_correction(C: np.ndarray, queries: tuple[np.ndarray, np.ndarray, np.ndarray], n_original: int,
-                    rng: np.random.Generator) -> float:
+                    rng: np.random.Generator,
+                    successes: Callable[[np.ndarray], int] | None = None) -> float:
     """``f(n_original) / f(n_control)`` with ``f`` fitted to the singling-out counts of the
-    queries on random subsamples of the control rows ``C`` (module docstring)."""
-    from scipy.optimize import curve_fit
-
-    n = C.shape[0]
-    sizes, successes = [], []
-    for size in np.linspace(min(1000, n), n, 10).astype(int):
-        for _ in range(5):
-            sub = C[rng.choice(n, size=size, replace=False)]
-            successes.append(int((query_counts(sub, *queries) == 1).sum()))
-            sizes.append(size)
-    x, y = np.array(sizes, dtype=np.float64), np.array(successes, dtype=np.float64)
-
-    def model(x, w, norm):
-        return norm * probability_integral(x, w)
-
-    w0 = 1.0 / x.max()
-    p, _ = curve_fit(model, xdata=x, ydata=y, bounds=(0, (1, np.inf)), p0=(w0, 1.0 / probability_integral(x.max(),
-                                                                                                          w0)))
-    return float(model(n_original, *p) / model(n, *p))
+    queries on random subsamples of the control rows ``C`` (module docstring). ``successes``
+    counts them for a subsample's row indices (default: the univariate queries' count)."""
+    if successes is None:
+        def successes(rows: np.ndarray) -> int:
+            return int((query_counts(C[rows], *queries) == 1).sum())
+    return fit_size_correction(C.shape[0], n_original, rng, successes)
 
 
 class SinglingOutRisk(Metric):
     name = "singling-out-risk"
     version = __version__
-    description = ("anonymeter's univariate singling-out attack: queries on one column that match one released "
-                   "record, their success on the original beyond that on a control set.")
+    description = ("anonymeter's singling-out attack: queries (on one column, or on n_cols columns built from "
+                   "released records) that match one released record, their success on the original beyond that on "
+                   "a control set.")
     category = "risk"
     params = (
         Param("columns", "list", items="str", default=None, nullable=True,
@@ -167,6 +151,16 @@ class SinglingOutRisk(Metric):
         Param("n_attacks", "int", default=500, min=1, max=1_000_000,
               help="singling-out queries the attacker writes (anonymeter's default 500); the risk divides by it"),
         CONFIDENCE,
+        Param("mode", "str", default="univariate", choices=("univariate", "multivariate"),
+              help="univariate: queries on one column (rare values, extremes); multivariate: queries on n_cols "
+                   "columns built from released records (anonymeter's default mode)"),
+        Param("n_cols", "int", default=3, min=1, max=1000,
+              help="multivariate: the columns each query conditions on (anonymeter's default 3; at most the "
+                   "number of columns queried)"),
+        Param("max_attempts", "int", default=10_000_000, min=1, nullable=True,
+              help="multivariate: the attempts (released record and columns drawn) the attacker may spend to find "
+                   "n_attacks singling-out queries, counted per batch of 1000 (anonymeter's default 10 million; "
+                   "null: no limit)"),
     )
 
     def compute(self, original: TypedTable | None, anonymized: TypedTable, params: Mapping[str, Any],
@@ -189,6 +183,13 @@ class SinglingOutRisk(Metric):
             cat[cat == -1] = np.nan
         R, O, C = distinct_records(R), distinct_records(O), distinct_records(C)
         n_att = int(params.get("n_attacks") or 500)
+        if (params.get("mode") or "univariate") == "multivariate":
+            n_cols = int(params.get("n_cols") or 3)
+            if n_cols > len(cols):
+                raise InputError(f"{self.name}: n_cols {n_cols} exceeds the {len(cols)} columns queried")
+            return multivariate_risk(self.name, R, O, C, numeric, n_att, n_cols,
+                                     params.get("max_attempts", 10_000_000), float(params.get("confidence") or 0.95),
+                                     ctx)
         queries = univariate_queries(R, numeric, ctx.rng, n_att)
         s_t = int((query_counts(O, *queries) == 1).sum())
         s_c: float = int((query_counts(C, *queries) == 1).sum())
