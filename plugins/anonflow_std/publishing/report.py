@@ -503,13 +503,21 @@ def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozen
 
 
 #: what differential privacy protects and what it does not, as the report states it
-DP_MEANING = ("What it protects: whatever an attacker knows besides, the figures these steps released change how "
+DP_MEANING = ("What it protects: whatever an attacker knows besides, what these steps released changes how "
               "likely any fact about one record of their input table (whether it is there, its values) looks by a "
               "factor of at most e^ε (plus δ; under ρ-zCDP, ε = ρ + 2√(ρ ln(1/δ)) for any δ), the neighbouring "
               "tables differing by one record added or removed. What it does not protect: facts about groups "
-              "(patterns the aggregates are released to show), a person whose data sit in several records, "
-              "anything released without such noise (this release's published table is protected by its own model "
-              "only), and more than the stated loss when the same data are released again: losses add up")
+              "(patterns a release is made to show), a person whose data sit in several records, anything a step "
+              "not listed here published (protected by its own model only), the figures this report and the "
+              "manifest compute from the exact records (record counts, metrics, notes: outside the guarantee, so "
+              "keep them with the custodian where it must cover everything published), and more than the stated "
+              "loss when the same data are released again: losses add up")
+#: how a DP step's randomness bears on its guarantee: seeded (SafePub) or OpenDP's sampler
+SEEDED = ("its random draws come from the run's seed, which the manifest records so that <code>anonflow verify "
+          "--rerun</code> reproduces them: the guarantee holds against whoever cannot redo them, so keep the seed "
+          "from those the release protects against")
+NOISED = ("its noise comes from OpenDP's cryptographically safe sampler (basic composition over its queries): the "
+          "noised values are not reproducible, and <code>anonflow verify --rerun</code> compares all but them")
 DP_SYMBOLS = {"epsilon": "ε", "delta": "δ", "rho": "ρ"}
 DP_MEASURES = {"pure": "pure ε-DP", "approximate": "(ε, δ)-DP", "zcdp": "ρ-zCDP"}
 
@@ -559,8 +567,10 @@ def dp_steps(info: RunInfo, registry: Any) -> list[dict[str, Any]]:
             qs = entry.get("queries") if isinstance(entry, Mapping) else None
             queries += [q for q in (qs if isinstance(qs, list) else [qs]) if isinstance(q, Mapping)]
         if isinstance(loss, Mapping) and loss:
+            seeded = bool(registry.get(kind, name).obj.reproducible) if (
+                kind and registry is not None and isinstance(name, str) and registry.has(kind, name)) else True
             out.append({"step": s["step"], "uses": name or s.get("uses"), "version": s.get("plugin_version"),
-                        "loss": dict(loss), "queries": queries})
+                        "loss": dict(loss), "queries": queries, "seeded": seeded})
     return out
 
 
@@ -570,13 +580,12 @@ def dp_paragraph(info: RunInfo, registry: Any) -> str:
     if not steps:
         return ""
     items = "".join(f"<li><code>{_e(d['step'])}</code> ({_e(d['uses'])} {_e(d['version'])}): "
-                    f"{_e(privacy_loss_text(d['loss']))}"
+                    f"{_e(privacy_loss_text(d['loss']))}; "
+                    + (SEEDED if d["seeded"] else NOISED)
                     + ("<ul>" + "".join(f"<li>{_e(_query_text(q))}</li>" for q in d["queries"]) + "</ul>"
                        if d["queries"] else "") + "</li>" for d in steps)
-    return ('<p id="differential-privacy"><strong>Differential privacy.</strong> These steps released figures with '
-            "noise and state the loss they spent on their input table (basic composition over their queries; the "
-            "noise comes from OpenDP's cryptographically safe sampler, so the noised values are not reproducible "
-            f"and <code>anonflow verify --rerun</code> compares all but them):</p><ul>{items}</ul>"
+    return ('<p id="differential-privacy"><strong>Differential privacy.</strong> These steps state the loss they '
+            f"spent on their input table:</p><ul>{items}</ul>"
             f'<p class="note">{_e(DP_MEANING)}.</p>')
 
 
