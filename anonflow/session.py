@@ -53,6 +53,7 @@ from .store import held, purge_file, trace
 from .store import resolve_target as resolve_step
 from .runner import Runner, RunResult, load_run_info
 from .runner.plan import Plan, build_plan, check_metrics, check_publisher, fragment_plan
+from .runner.privacy_budget import ledger_report
 from .schema import FRAGMENT
 from .steps import STEPS, step_of
 from .store import Store
@@ -460,6 +461,12 @@ class Session:
         return (f"the store {store.path} holds {h['tables']} table(s) of original or intermediate records "
                 f"({h['rows']} records in all): 'anonflow purge --all' removes them and keeps the lineage (or set "
                 "retain: published in the workflow)")
+
+    def budgets(self, source: str | None = None) -> list[dict[str, Any]]:
+        """The privacy ledger per source (or the one ``source`` names): budget, spent, left
+        (:func:`anonflow.runner.privacy_budget.ledger_report`)."""
+        with self.open_store(read_only=True) as store:
+            return ledger_report(store, source)
 
     def lineage(self, target: str, run_id: str | None = None) -> list[tuple[int, dict[str, Any]]]:
         """What produced ``target`` (a step, a store table, a published file), back to the sources."""
