@@ -46,10 +46,10 @@ def check_loss(declared: Any) -> dict[str, Any]:
         raise ValueError(f"'measure' must be one of {', '.join(MEASURES)}, got {measure!r}")
     for name in MEASURES[measure]:
         if name not in declared:
-            raise ValueError(f"a {measure} loss needs {', '.join(MEASURES[measure])}; {name!r} is missing")
+            raise ValueError(f"the {measure} measure needs {', '.join(MEASURES[measure])}; {name!r} is missing")
     others = {"epsilon", "delta", "rho"} - set(MEASURES[measure])
     for name in sorted(others & set(declared)):
-        raise ValueError(f"a {measure} loss states {', '.join(MEASURES[measure])}, not {name!r}")
+        raise ValueError(f"the {measure} measure states {', '.join(MEASURES[measure])}, not {name!r}")
     out = dict(declared)
     for name in MEASURES[measure]:
         out[name] = _figure(name, declared[name])

@@ -44,15 +44,17 @@ DATA = "age,zip,income\n" + "".join(f"{20 + i % 40},{1000 + i % 7},{1000 * (i % 
 
 
 def project(folder: Path, steps: str, budget: str | None = None, name: str = "wf.yaml",
-            data: str = "people.csv") -> Path:
+            data: str = "people.csv", retain: str = "all") -> Path:
     """A workflow in ``folder`` reading ``data`` (a small CSV, written if missing), typed as
-    ``typed``, with ``steps`` (YAML, indented as steps) and the source's ``budget`` (YAML flow)."""
+    ``typed``, with ``steps`` (YAML, indented as steps), the source's ``budget`` (YAML flow) and
+    ``retain``."""
     if not (folder / data).exists():
         (folder / data).write_text(DATA)
     budget_line = f"\n    budget: {budget}" if budget else ""
     text = textwrap.dedent("""\
         name: dp-test
         seed: 3
+        retain: {retain}
         sources:
           people:
             path: {data}{budget}
@@ -61,7 +63,7 @@ def project(folder: Path, steps: str, budget: str | None = None, name: str = "wf
             uses: typing
             input: people
             with: {{quasi: [age, zip], insensitive: [income]}}
-        """).format(data=data, budget=budget_line) + textwrap.indent(textwrap.dedent(steps).strip("\n"), "  ") + "\n"
+        """).format(data=data, budget=budget_line, retain=retain) + textwrap.indent(textwrap.dedent(steps).strip("\n"), "  ") + "\n"
     path = folder / name
     path.write_text(text)
     return path
