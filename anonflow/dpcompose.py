@@ -78,6 +78,11 @@ def _zcdp(rhos: list[float], pure: list[float]) -> float:
 def zcdp_epsilon(rho: float, delta: float) -> float:
     """The ε of ρ-zCDP at δ, by OpenDP's conversion (``make_zCDP_to_approxDP``); inf where δ
     is 0 or out of reach."""
+    with _features():
+        return _zcdp_epsilon(rho, delta)
+
+
+def _zcdp_epsilon(rho: float, delta: float) -> float:
     if rho <= 0:
         return 0.0
     if delta <= 0:
@@ -111,7 +116,7 @@ def compose(charges: Iterable[Charge], delta: float | None) -> dict[str, Any]:
             if rho > 0:
                 if left is None:
                     continue
-                parts.append((zcdp_epsilon(rho, left), left) if left > 0 else (math.inf, 0.0))
+                parts.append((_zcdp_epsilon(rho, left), left) if left > 0 else (math.inf, 0.0))
             eps, dlt = _approximate(parts)
             options.append((method, eps, dlt))
     if not options:
