@@ -7,7 +7,9 @@ step's plugin for the loss it spends (:meth:`anonflow.api.Plugin.privacy_loss`, 
 input descends from (inputs and tables its parameters name alike). :func:`check_budgets`
 composes, per source that declares a ``budget:``, what earlier runs charged to the source's
 content hash with what this run would spend (:func:`anonflow.dpcompose.compose`, through
-OpenDP), and refuses the run in one line when it would go over. The run loop charges each
+OpenDP), and refuses the run in one line when it would go over: first when the session plans
+the run (:func:`check_before_reading`, before any source is opened for its records), again
+as the run begins, under the store's lock. The run loop charges each
 step's loss when the step starts (:func:`charges_of`), never taking it back.
 """
 
@@ -23,7 +25,7 @@ from ..errors import AnonflowError, BudgetError, InputError, PluginError, Workfl
 from ..params import ParamError, metric_entries, suggest, validate_params
 from ..privacyloss import Charge, check_budget, check_loss, shown_loss
 from ..steps import step_of
-from .plan import Plan
+from .plan import Plan, build_plan
 
 
 @dataclass(frozen=True)
@@ -170,8 +172,11 @@ def check_budgets(plan: Plan, steps: dict[str, DPStep], store: Any) -> dict[str,
 def _compose() -> Any:
     """:func:`anonflow.dpcompose.compose`, whose module loads OpenDP (a second): imported only
     where a spend is composed."""
-    from ..dpcompose import compose  # deferred: OpenDP takes a second to load; only DP accounting needs it
-
+    try:
+        from ..dpcompose import compose  # deferred: OpenDP takes a second to load; only DP accounting needs it
+    except ImportError as exc:
+        raise InputError(f"composing differential-privacy spends needs OpenDP ({exc}): pip install "
+                         "'anonflow[dp]'") from None
     return compose
 
 
@@ -209,6 +214,28 @@ def ledger_report(store: Any, source: str | None = None) -> list[dict[str, Any]]
 
 def _pair(composed: dict[str, Any]) -> str:
     return shown_loss({"epsilon": composed["epsilon"], "delta": composed["delta"]})
+
+
+class _NoLedger:
+    """The ledger of a store that does not exist yet: nothing charged."""
+
+    @staticmethod
+    def charges(source_hash: str | None = None) -> list[dict[str, Any]]:
+        return []
+
+
+def check_before_reading(spec: Any, registry: Any, store: Any | None) -> None:
+    """:func:`check_budgets` of ``spec`` against ``store``'s ledger (None: an empty one) on a
+    plan built without describing the sources, so that a run over its budget is refused before
+    any source is opened for its records (planning reads a CSV whole to sniff its types). Any
+    other error is left for the full plan, which reports it as it always does."""
+    try:
+        plan = build_plan(spec, registry, check_columns=False)
+        steps = dp_steps(plan, registry)
+    except Exception:  # noqa: BLE001 - the full plan reports it
+        return
+    if steps:
+        check_budgets(plan, steps, store if store is not None else _NoLedger())
 
 
 def charges_of(step: DPStep, found: dict[str, Account]) -> list[tuple[str, str, Charge]]:

@@ -215,3 +215,25 @@ def test_ledger_rows_hold_no_data_value(cli, tmp_path):
     data = set((tmp_path / "people.csv").read_text().replace("\n", ",").split(","))
     assert not (values & data - {""})
     assert json.loads(json.dumps([list(map(str, r)) for r in rows]))  # names, hashes, figures, times
+
+
+def test_an_overspending_run_is_refused_before_its_source_is_opened_for_records(cli, tmp_path):
+    """The source file is no CSV at all: planning would fail reading it. With its account
+    spent (charged here as earlier runs would have), the refusal comes first: the budget is
+    checked on the file's hash alone."""
+    register()
+    db = tmp_path / "s.duckdb"
+    (tmp_path / "people.csv").write_bytes(b"\x00\xff\xfe binary, not a CSV \x00\x00\n" * 3)
+    wf = project(tmp_path, spend_step("noisy", "{measure: pure, epsilon: 0.5}"), budget=BUDGET)
+    res = _run(cli, wf, db, code=2)
+    assert "source 'people'" in res.output and "budget" not in res.output  # read: the file is no CSV
+    from anonflow.runner.privacy_budget import source_identity
+    from anonflow.workflow.spec import load_workflow
+
+    identity = source_identity(load_workflow(wf).sources["people"])
+    with Store(db) as store:
+        store.charge("earlier", "noisy", [(identity, "people", Charge("pure", 1.75, 0.0))])
+    res = _run(cli, wf, db, code=2)
+    assert res.output.strip().startswith(f"Error: {wf}: source 'people': the run would spend ε=2.25, δ=0 in all")
+    assert res.output.strip().endswith("earlier runs spent ε=1.75, δ=0 (basic composition), this run asks noisy: "
+                                       "ε=0.5, δ=0; refused before any record is read")
