@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 from anonflow.api import Metric
+from anonflow.privacyloss import check_loss
 from anonflow.registry import get_registry
 from anonflow.runner.plan import build_plan
 from anonflow.runner.privacy_budget import dp_steps
@@ -70,6 +71,17 @@ def test_the_python_api_result_carries_it(tmp_path):
     ({"measure": "zcdp", "epsilon": 1.0, "rho": 0.5}, "the zcdp measure states rho, not 'epsilon'"),
     ({"measure": "pure", "epsilon": 1.0, "beta": object()}, "not JSON data"),
     ([("measure", "pure")], "expected a mapping with 'measure' one of pure, approximate, zcdp, got list"),
+])
+def test_a_bad_declaration_is_refused(declared, says):
+    with pytest.raises(ValueError) as err:
+        check_loss(declared)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("declared, says", [
+    ({"measure": "renyi", "alpha": 2}, "'measure' must be one of pure, approximate, zcdp, got 'renyi'"),
+    ({"measure": "approximate", "epsilon": 1.0, "delta": 1.0}, "delta must be in [0, 1), got 1.0"),
+    ({"measure": "pure", "epsilon": 1.0, "beta": object()}, "not JSON data"),
 ])
 def test_a_bad_declaration_is_one_line_naming_the_step_and_plugin(cli, tmp_path, declared, says):
     register(Spend(declared=declared))
@@ -148,27 +160,31 @@ def test_the_sources_a_step_spends_on_come_from_the_graph(tmp_path):
     assert found["again"].loss == {"measure": "pure", "epsilon": 0.25, "mechanism": "test"}
 
 
-def test_a_workflow_without_a_dp_step_is_unaffected(tmp_path):
-    """No ledger row, no budget row, no ``privacy_loss``, the same bytes twice, and OpenDP never
-    loaded (a fresh process: this one may have imported it for another test)."""
+def test_a_workflow_without_a_dp_step_is_unaffected(cli, tmp_path, monkeypatch):
+    """No ledger row, no budget row, no ``privacy_loss``, the same bytes twice, and nothing
+    composed (so OpenDP is never loaded: composing is the only way to it), even with a budget."""
+    import anonflow.runner.privacy_budget as budget
+
+    def never():
+        raise AssertionError("a workflow without a DP step composed a spend")
+
+    monkeypatch.setattr(budget, "_compose", never)
     wf = project(tmp_path, """
         grouped: {uses: mdav, input: typed, with: {k: 3}}
         out: {uses: publish, input: grouped, with: {publisher: csv, path: out.csv}}
         """, budget="{epsilon: 1.0}")
-    script = textwrap.dedent(f"""
-        import json, sys
-        from click.testing import CliRunner
-        from anonflow.cli import main
-        for db in ("s1.duckdb", "s2.duckdb"):
-            res = CliRunner().invoke(main, ["run", {str(wf)!r}, "--db", {str(tmp_path)!r} + "/" + db, "--json",
-                                            "--out-dir", {str(tmp_path)!r} + "/" + db + ".out"])
-            assert res.exit_code == 0, res.output
-            assert all("privacy_loss" not in s for s in json.loads(res.output)["steps"])
-        print("opendp" in sys.modules)
-        """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "False"
-    assert (tmp_path / "s1.duckdb.out" / "out.csv").read_bytes() == (tmp_path / "s2.duckdb.out" / "out.csv").read_bytes()
+    for db in ("s1", "s2"):
+        res = cli("run", wf, "--db", tmp_path / f"{db}.duckdb", "--json", "--out-dir", tmp_path / db)
+        assert res.exit_code == 0, res.output
+        assert all("privacy_loss" not in s for s in json.loads(res.output)["steps"])
+    assert (tmp_path / "s1" / "out.csv").read_bytes() == (tmp_path / "s2" / "out.csv").read_bytes()
     with Store(tmp_path / "s1.duckdb", read_only=True) as store:
         assert store.charges() == [] and store.privacy_accounts() == []
+
+
+def test_the_engine_loads_no_opendp_until_it_composes():
+    """Importing the engine, its CLI and the runner never loads OpenDP (a second to import)."""
+    script = "import sys, anonflow.cli, anonflow.runner.privacy_budget, anonflow.session; print('opendp' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
