@@ -52,7 +52,8 @@ def test_a_source_by_name_or_hash_prefix_and_an_unknown_one(cli, tmp_path):
     assert [a["source_hash"] for a in by_hash] == [first["source_hash"]]
     res = cli("budget", "peeple", "--db", db)
     assert res.exit_code == 2
-    assert res.output.strip() == "Error: no source 'peeple' in the privacy ledger (did you mean 'people'?); it knows people"
+    assert res.output.strip() == ("Error: no source 'peeple' in the privacy ledger (did you mean 'people'?); "
+                                  "it knows people")
 
 
 def test_a_zcdp_spend_without_a_budget_is_shown_as_rho(cli, tmp_path):
@@ -60,8 +61,8 @@ def test_a_zcdp_spend_without_a_budget_is_shown_as_rho(cli, tmp_path):
     _spend(cli, tmp_path, "{measure: zcdp, rho: 0.05}", budget=None)
     lines = cli("budget", "people", "--db", tmp_path / "s.duckdb").output.splitlines()
     assert lines[1:] == ["  budget  none declared (a source's budget: in the workflow file)",
-                         "  spent   zCDP ρ=0.05 and ε=0, δ=0 in 1 charge(s); no budget declares the δ to state ρ as "
-                         "(ε, δ) at"]
+                         "  spent   zCDP ρ=0.05 and ε=0, δ=0 in 1 charge(s); no budget declares the δ to state "
+                         "ρ as (ε, δ) at"]
 
 
 def test_an_empty_ledger(cli, tmp_path):

@@ -63,7 +63,8 @@ def project(folder: Path, steps: str, budget: str | None = None, name: str = "wf
             uses: typing
             input: people
             with: {{quasi: [age, zip], insensitive: [income]}}
-        """).format(data=data, budget=budget_line, retain=retain) + textwrap.indent(textwrap.dedent(steps).strip("\n"), "  ") + "\n"
+        """).format(data=data, budget=budget_line, retain=retain)
+    text += textwrap.indent(textwrap.dedent(steps).strip("\n"), "  ") + "\n"
     path = folder / name
     path.write_text(text)
     return path

@@ -184,7 +184,8 @@ def test_a_workflow_without_a_dp_step_is_unaffected(cli, tmp_path, monkeypatch):
 
 def test_the_engine_loads_no_opendp_until_it_composes():
     """Importing the engine, its CLI and the runner never loads OpenDP (a second to import)."""
-    script = "import sys, anonflow.cli, anonflow.runner.privacy_budget, anonflow.session; print('opendp' in sys.modules)"
+    script = ("import sys, anonflow.cli, anonflow.runner.privacy_budget, anonflow.session; "
+              "print('opendp' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
