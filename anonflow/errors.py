@@ -30,6 +30,12 @@ class WorkflowError(InputError):
     """The workflow file itself is invalid (syntax, graph, unknown plugin, bad parameter)."""
 
 
+class BudgetError(InputError):
+    """A run would spend more differential privacy on a source than the budget its workflow
+    declares allows (the store's privacy ledger counts what earlier runs spent): refused
+    before any record is read into the store."""
+
+
 class PluginError(AnonflowError):
     """A plugin is broken: bad registration, duplicate name, or a crash inside it."""
 

@@ -53,6 +53,7 @@ from .store import held, purge_file, trace
 from .store import resolve_target as resolve_step
 from .runner import Runner, RunResult, load_run_info
 from .runner.plan import Plan, build_plan, check_metrics, check_publisher, fragment_plan
+from .runner.privacy_budget import check_before_reading, ledger_report
 from .schema import FRAGMENT
 from .steps import STEPS, step_of
 from .store import Store
@@ -308,11 +309,33 @@ class Session:
 
     def plan(self, spec: WorkflowSpec, *, policy: egress.Policy | None = None) -> Plan:
         """The plan (graph, order, plugins) of ``spec``; with ``policy``, what it would reach
-        is checked against it as a run would (:func:`anonflow.egress.check_plan`)."""
+        is checked against it as a run would (:func:`anonflow.egress.check_plan`). A run that
+        would spend more differential privacy than a source's ``budget:`` allows, with what the
+        session's store has recorded, is refused first, before any source is read
+        (:func:`anonflow.runner.privacy_budget.check_before_reading`)."""
+        if spec.budgets:
+            with self._ledger() as ledger:
+                check_before_reading(spec, self.registry, ledger)
         plan = build_plan(spec, self.registry)
         if policy is not None:
             egress.check_plan(plan, self.registry, policy)
         return plan
+
+    @contextlib.contextmanager
+    def _ledger(self) -> Iterator[Store | None]:
+        """The session's store opened read-only for its privacy ledger, or None where there is
+        none to read (an in-memory store, no file yet, a file another process is writing: the
+        run checks again under the store's lock)."""
+        if self.db == ":memory:" or not os.path.exists(self.db):
+            yield None
+            return
+        try:
+            store = Store(self.db, read_only=True)
+        except AnonflowError:
+            yield None
+            return
+        with store:
+            yield store
 
     def preview(self, plan: Plan) -> dict[str, Any]:
         """What ``anonflow plan`` shows beyond the parameters, computed on the data in a
@@ -460,6 +483,12 @@ class Session:
         return (f"the store {store.path} holds {h['tables']} table(s) of original or intermediate records "
                 f"({h['rows']} records in all): 'anonflow purge --all' removes them and keeps the lineage (or set "
                 "retain: published in the workflow)")
+
+    def budgets(self, source: str | None = None) -> list[dict[str, Any]]:
+        """The privacy ledger per source (or the one ``source`` names): budget, spent, left
+        (:func:`anonflow.runner.privacy_budget.ledger_report`)."""
+        with self.open_store(read_only=True) as store:
+            return ledger_report(store, source)
 
     def lineage(self, target: str, run_id: str | None = None) -> list[tuple[int, dict[str, Any]]]:
         """What produced ``target`` (a step, a store table, a published file), back to the sources."""

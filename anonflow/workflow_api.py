@@ -427,8 +427,8 @@ class Result:
     """A finished run: ``run_id``, ``status`` (``"succeeded"``: a failed run raises),
     ``workflow`` (its name), ``metrics`` (``"step.metric"`` -> value), ``outputs`` (each
     published file's ``path``, ``sha256`` and ``rows``), ``steps`` (each step's ``step``,
-    ``kind``, ``uses``, ``status``, ``rows``, ``seconds``, ``notes``; ``suppressed`` and ``perturbs``
-    where the step has them), ``db`` (the store) --
+    ``kind``, ``uses``, ``status``, ``rows``, ``seconds``, ``notes``; ``suppressed``, ``perturbs`` and
+    ``privacy_loss`` (the differential privacy it spent) where the step has them), ``db`` (the store) --
     what ``anonflow run --json`` prints -- and each step's table, :meth:`table`.
 
     With an in-memory store the result holds it open: :meth:`close` (or ``with``) frees it

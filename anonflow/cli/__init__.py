@@ -3,8 +3,8 @@
 It parses and prints; the work is in :class:`anonflow.session.Session` (run, plan, verify
 and apply) and in the store. The commands live by group: :mod:`.running` (``run``,
 ``plan``), :mod:`.records` (``runs``, ``lineage``, ``report``, ``hierarchy``, ``purge``,
-``plugins``, ``schema``), :mod:`.releases` (``verify``, ``apply``, ``keygen``) and
-:mod:`.scaffold` (``new-plugin``). docs/cli.md is generated from their declarations
+``plugins``, ``schema``), :mod:`.budgets` (``budget``), :mod:`.releases` (``verify``, ``apply``,
+``keygen``) and :mod:`.scaffold` (``new-plugin``). docs/cli.md is generated from their declarations
 (:mod:`.clidocs`).
 
 Errors are one line on stderr (``Error: <where>: <what>``) with exit code 2 for invalid
@@ -17,6 +17,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from .budgets import budget
 from .records import hierarchy, lineage, plugins, purge, report, runs, schema
 from .releases import apply_cmd, keygen, verify
 from .running import plan, run
@@ -30,8 +31,8 @@ def main(debug: bool) -> None:
     """anonflow: declarative, audited anonymization of tabular microdata."""
 
 
-for _command in (run, plan, plugins, runs, purge, lineage, verify, apply_cmd, keygen, report, hierarchy, schema,
-                 new_plugin):
+for _command in (run, plan, plugins, runs, budget, purge, lineage, verify, apply_cmd, keygen, report, hierarchy,
+                 schema, new_plugin):
     main.add_command(_command)
 
 __all__ = ["main"]

@@ -108,6 +108,8 @@ def runs(run_id: str | None, db: str, limit: int, as_json: bool) -> None:
             click.echo(f"      output: {s['output_table']} ({s['rows']} rows) hash {s['output_hash'][:16]}...")
         for column, what in sorted(((s["summary"] or {}).get("perturbs") or {}).items()):
             click.echo(f"      perturbs {column}: {json.dumps(what, sort_keys=True)}")
+        if (s["summary"] or {}).get("privacy_loss"):  # the differential privacy it spent (anonflow budget)
+            click.echo(f"      privacy loss: {json.dumps(s['summary']['privacy_loss'], sort_keys=True)}")
         for note in (s["summary"] or {}).get("notes", []):
             click.echo(f"      note: {note}")
         if s["error"]:

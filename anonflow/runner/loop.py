@@ -35,6 +35,7 @@ from .fingerprint import Fingerprint, step_plugins
 from .fragments import FragmentRunning
 from .output_checks import check_outputs
 from .plan import Node, Plan, build_plan
+from .privacy_budget import charges_of, check_budgets, dp_steps
 
 if TYPE_CHECKING:
     from ..egress import Policy
@@ -180,6 +181,10 @@ class Runner(FragmentRunning):
         self.output_guard: Any = None
         #: the run's journal (:class:`anonflow.cleanup.Journal`) while it runs
         self.journal: Any = None
+        #: the steps that spend differential privacy, and the accounts of the sources they
+        #: spend on (anonflow.runner.privacy_budget)
+        self.dp: dict[str, Any] = {}
+        self.accounts: dict[str, Any] = {}
 
     def run(self, spec: WorkflowSpec, *, use_cache: bool = True, output_dir: Path | None = None,
             plan: Plan | None = None, retain: str | None = None) -> RunResult:
@@ -240,6 +245,9 @@ class Runner(FragmentRunning):
         plan = plan or build_plan(spec, self.registry)
         self.external = egress_policy.check_plan(plan, self.registry, policy)
         self.not_replayed = {}
+        # the privacy budget, before the run begins and before any record is read into the store
+        self.dp = dp_steps(plan, self.registry)
+        self.accounts = check_budgets(plan, self.dp, self.store)
         self.store.configure(spec.resources.merged(self.resources))
         out_dir = default_output_dir(spec, output_dir)
         self._clean_out_dir(out_dir)
@@ -258,6 +266,8 @@ class Runner(FragmentRunning):
         run_id = self.store.begin_run(workflow=spec.name, path=str(spec.path), text=spec.text,
                                       text_hash=spec.text_hash, seed=spec.seed,
                                       overrides=[list(o) for o in spec.overrides], versions=versions(self.registry))
+        self.store.declare_budgets(run_id, [(a.identity, a.name, *a.budget) for a in self.accounts.values()
+                                            if a.budget is not None])
         result = RunResult(run_id=run_id, status="running", workflow=spec.name)
         artifacts: dict[str, Artifact] = {}
         name = ""
@@ -294,6 +304,8 @@ class Runner(FragmentRunning):
                     result.steps[-1]["suppressed"] = rec["summary"]["suppressed"]
                 if (rec.get("summary") or {}).get("perturbs"):  # what a perturbation changed (Algorithm.perturbs)
                     result.steps[-1]["perturbs"] = rec["summary"]["perturbs"]
+                if (rec.get("summary") or {}).get("privacy_loss"):  # what it spent (Plugin.privacy_loss)
+                    result.steps[-1]["privacy_loss"] = rec["summary"]["privacy_loss"]
             guard.commit()  # a database publisher's transaction commits here (it may fail the run)
             finished = True
         except BaseException as exc:
@@ -430,6 +442,10 @@ class Runner(FragmentRunning):
             return self.store.get(refs[name].table)
 
         ctx.tables = referenced
+        if node.name in self.dp:
+            # charged as the step starts, never taken back: what the step does from here on (its
+            # output, its notes, a failure's message) may depend on the data
+            self.store.charge(run_id, node.name, charges_of(self.dp[node.name], self.accounts))
         try:
             done = step.execute(StepRun(
                 node=node, where=where, ctx=ctx, tables=tables, registry=self.registry, store=self.store,
@@ -448,6 +464,8 @@ class Runner(FragmentRunning):
             raise err from exc
         summary, failures, outputs = done.summary, done.failures, done.outputs
 
+        if node.name in self.dp:  # the differential-privacy loss the step spent (Plugin.privacy_loss)
+            summary["privacy_loss"] = self.dp[node.name].loss
         if ctx.notes:
             summary["notes"] = list(ctx.notes)
         if ctx.fitted:  # what the step fitted to its input (StepContext.record_fitted)

@@ -27,10 +27,11 @@ from .connection import OPENING_LOCK, RUNNING, Resources, check_store_file, dama
 from .erase import Erase
 from .ledger import Ledger
 from .migrations import Migrations
+from .privacy_ledger import PrivacyLedger
 from .tables import Tables
 
 
-class Store(Tables, Ledger, Erase, Migrations):
+class Store(Tables, Ledger, PrivacyLedger, Erase, Migrations):
     """One DuckDB file holding data tables and the lineage of every run."""
 
     @contextlib.contextmanager

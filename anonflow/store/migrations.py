@@ -116,6 +116,30 @@ MIGRATIONS: list[tuple[str, str]] = [
             cleaned  JSON
         );
     """),
+    ("the privacy ledger", """
+        -- one row per differential-privacy loss charged to a source (anonflow.store.privacy_ledger):
+        -- figures only, never a data value; purging a store never removes these rows
+        CREATE TABLE af_privacy_ledger (
+            run_id      VARCHAR NOT NULL,
+            step        VARCHAR NOT NULL,
+            source_hash VARCHAR NOT NULL,     -- the source's content hash (a file's sha256) before it is read
+            source_name VARCHAR NOT NULL,     -- the workflow's name of the source
+            measure     VARCHAR NOT NULL,     -- pure | approximate | zcdp
+            epsilon     DOUBLE,               -- pure and approximate losses
+            delta       DOUBLE,
+            rho         DOUBLE,               -- zcdp losses
+            charged_at  TIMESTAMPTZ NOT NULL
+        );
+        -- the budgets runs declared for their sources (anonflow budget shows the latest)
+        CREATE TABLE af_privacy_budgets (
+            run_id      VARCHAR NOT NULL,
+            source_hash VARCHAR NOT NULL,
+            source_name VARCHAR NOT NULL,
+            epsilon     DOUBLE NOT NULL,
+            delta       DOUBLE NOT NULL,
+            declared_at TIMESTAMPTZ NOT NULL
+        );
+    """),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

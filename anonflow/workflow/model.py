@@ -23,7 +23,7 @@ from pydantic import ConfigDict, Discriminator, Field, PlainValidator, Tag, Type
 from pydantic_core import PydanticCustomError
 
 from ..params import Param, ParamError
-from ..shapes import (INT_MAX, Block, Name, Number, Refs, Text, Value, _choice, _fail, _int_between, _say,
+from ..shapes import (INT_MAX, Block, Name, Number, Refs, Text, Value, _choice, _fail, _int_between, _number, _say,
                       _schema, _text, plain_value, schema_of, shown)
 from ..sources import is_kind as is_source_kind
 from ..steps import BUILTINS
@@ -102,6 +102,51 @@ def _executor(value: Any) -> Any:
 
 # -- sources -----------------------------------------------------------------------------
 
+def _figure(value: Any) -> Any:
+    if isinstance(value, str):  # YAML 1.1 reads 1e-6 as text
+        try:
+            float(value)
+        except ValueError:
+            pass
+        else:
+            raise _say(f"{{key}} must be a number, got the text {shown(value)} (YAML reads a number with an "
+                       "exponent as text unless it has a point: write 1.0e-6)")
+    return _number(value)
+
+
+def _epsilon(value: Any) -> Any:
+    value = _figure(value)
+    if value <= 0:
+        raise _say(f"{{key}} must be a number > 0, got {shown(value)}")
+    return value
+
+
+def _delta(value: Any) -> Any:
+    value = _figure(value)
+    if not 0 <= value < 1:
+        raise _say(f"{{key}} must be a number in [0, 1), got {shown(value)}")
+    return value
+
+
+Epsilon = _schema(_epsilon, {"type": "number", "exclusiveMinimum": 0})
+Delta = _schema(_delta, {"type": "number", "minimum": 0, "exclusiveMaximum": 1})
+
+
+class Budget(Block):
+    """The differential privacy a source may spend, across runs (the store's privacy ledger)."""
+
+    WHAT: ClassVar[str] = "{epsilon: NUMBER, delta: NUMBER}"
+    KIND: ClassVar[str] = "a privacy budget"
+    epsilon: Epsilon = Field(
+        description="the ε all differentially private steps of all runs may spend on the source's content, in all")
+    delta: Optional[Delta] = Field(
+        None, description="the δ they may spend in all (default 0: only pure ε-DP losses fit)")
+
+
+BUDGET_FIELD = Field(None, description="the differential privacy runs may spend on this source's content "
+                                       "(docs/differential-privacy.md)")
+
+
 class FileSource(Block):
     """A CSV or Parquet file (or a DuckDB file, with ``table``)."""
 
@@ -117,6 +162,7 @@ class FileSource(Block):
     na_values: Optional[Union[Text, list[Text]]] = Field(None, description="strings read as missing values")
     types: Optional[dict[Text, Text]] = Field(None, description="column -> DuckDB type, e.g. `{zip: VARCHAR}`")
     description: Optional[Text] = Field(None, description="free text, recorded with the workflow")
+    budget: Optional[Budget] = BUDGET_FIELD
 
 
 class DuckdbSource(Block):
@@ -127,6 +173,7 @@ class DuckdbSource(Block):
     path: Optional[Text] = Field(None, description="the DuckDB database file (as `db`)")
     format: Optional[DuckdbFormat] = Field(None, description="`duckdb`")
     description: Optional[Text] = Field(None, description="free text, recorded with the workflow")
+    budget: Optional[Budget] = BUDGET_FIELD
 
 
 class PostgresSource(Block):
@@ -140,6 +187,7 @@ class PostgresSource(Block):
                           "seconds; default 15min): PostgreSQL's statement_timeout")
     format: Optional[PostgresFormat] = Field(None, description="`postgres`")
     description: Optional[Text] = Field(None, description="free text, recorded with the workflow")
+    budget: Optional[Budget] = BUDGET_FIELD
 
 
 class MemorySource(Block):
@@ -150,6 +198,7 @@ class MemorySource(Block):
     sha256: Sha256 = Field(
         description="with `format: arrow` only: the content hash of an in-memory table")
     description: Optional[Text] = None
+    budget: Optional[Budget] = BUDGET_FIELD
 
 
 class OwnSource(Block):
@@ -160,6 +209,7 @@ class OwnSource(Block):
     WHAT: ClassVar[str] = "{format: KIND, ...}"
     format: Text = Field(description="`parquet-dataset`, or a source kind a plugin registers: the kind checks "
                                      "its other keys itself")
+    budget: Optional[Budget] = BUDGET_FIELD
 
 
 def _source_kind(value: Any) -> str:

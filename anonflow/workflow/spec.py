@@ -70,6 +70,9 @@ class WorkflowSpec:
     #: the folder relative paths are read from, when ``path`` names no file (a workflow built
     #: in Python, whose ``path`` is ``<NAME>``); None: the workflow file's folder
     base: Path | None = None
+    #: the differential-privacy budget each source declares (``budget:``): source name ->
+    #: ``{"epsilon", "delta"}`` (anonflow.runner.privacy_budget)
+    budgets: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def base_dir(self) -> Path:
@@ -215,7 +218,10 @@ def workflow_from_data(data: Any, path: Path, text: str, overrides: Iterable[Any
 
     base_dir = base if base is not None else path.resolve().parent
     raw_sources = data.get("sources") or {}
-    sources = {str(n): _source(path, base_dir, str(n), s, tables or {}) for n, s in raw_sources.items()}
+    budgets = {str(n): {"epsilon": float(s["budget"]["epsilon"]), "delta": float(s["budget"].get("delta") or 0.0)}
+               for n, s in raw_sources.items() if isinstance(s, Mapping) and s.get("budget") is not None}
+    sources = {str(n): _source(path, base_dir, str(n), {k: v for k, v in s.items() if k != "budget"}
+                               if isinstance(s, Mapping) else s, tables or {}) for n, s in raw_sources.items()}
 
     raw_steps = data["steps"]
     steps: dict[str, StepSpec] = {}
@@ -238,7 +244,8 @@ def workflow_from_data(data: Any, path: Path, text: str, overrides: Iterable[Any
     return WorkflowSpec(name=name, seed=int(wf_seed), sources=sources, steps=steps, path=path,
                         text=text, overrides=tuple(parsed), description=str(data.get("description") or ""),
                         resources=_resources(path, base_dir, data.get("resources")),
-                        executor=_executor(path, base_dir, data.get("executor")), base=base, retain=retain)
+                        executor=_executor(path, base_dir, data.get("executor")), base=base, retain=retain,
+                        budgets=budgets)
 
 
 def _executor(path: Path, base: Path, data: Any) -> ExecutorSpec:
