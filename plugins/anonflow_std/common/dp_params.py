@@ -189,8 +189,22 @@ def _gamma(epsilon: Interval, beta: Interval) -> Interval:
     return div(add(sub(power, ONE), beta), power)
 
 
-def _a(n: int, beta: Interval, gamma: Interval) -> Interval:
+#: the most binomial terms the derivation of k may add up (about 38 µs each here: some 10 s).
+#: ε = 3 with δ = 10⁻⁶ needs about 105,000 (k = 241); ε = 5 does not finish in 30 s. ARX's
+#: Java is faster but walks the same ever longer sums; beyond this the model is refused.
+MAX_TERMS = 250_000
+
+
+class TooLarge(ArithmeticError):
+    """The derivation of k would add up more than :data:`MAX_TERMS` binomial terms."""
+
+
+def _a(n: int, beta: Interval, gamma: Interval, work: list[int] | None = None) -> Interval:
     start = math.floor(mult(_point(float(n)), gamma)[0]) + 1
+    if work is not None:
+        work[0] += max(n + 1 - start, 0)
+        if work[0] > MAX_TERMS:
+            raise TooLarge(f"more than {MAX_TERMS} binomial terms")
     total = ZERO
     for j in range(start, n + 1):
         total = add(total, binomial_probability(n, beta, j))
@@ -203,14 +217,15 @@ def _c(n: int, beta: Interval, gamma: Interval) -> Interval:
     return exp(mult(MINUS_ONE, mult(_point(float(n)), term2)))
 
 
-def _delta_k(k: int, beta: Interval, gamma: Interval, cache: dict[int, tuple[Interval, Interval]]) -> Interval:
+def _delta_k(k: int, beta: Interval, gamma: Interval, cache: dict[int, tuple[Interval, Interval]],
+             work: list[int] | None = None) -> Interval:
     n_m = math.ceil(sub(div(_point(float(k)), gamma), ONE)[0])
     delta: Interval = (-_MAX, -_MAX)
     bound: Interval = (_MAX, _MAX)
     n = n_m
     while less_than_or_overlap(delta, bound):
         if n not in cache:
-            cache[n] = (_a(n, beta, gamma), _c(n, beta, gamma))
+            cache[n] = (_a(n, beta, gamma, work), _c(n, beta, gamma))
         a, c = cache[n]
         delta = maximum(delta, a)
         bound = c
@@ -223,14 +238,20 @@ def safepub_parameters(epsilon: float, delta: float) -> tuple[float, int]:
     """(beta, k) for an anonymization budget ``epsilon`` and ``delta``, as ARX's
     ``ParameterCalculation(epsilon, delta)`` gives them."""
     eps, dlt = _point(float(epsilon)), _point(float(delta))
-    beta = _beta(eps)
-    gamma = _gamma(eps, beta)
     cache: dict[int, tuple[Interval, Interval]] = {}
+    work = [0]
     k = 1
     delta_k: Interval = (_MAX, _MAX)
-    while not less_than(delta_k, dlt):
-        delta_k = _delta_k(k, beta, gamma, cache)
-        k += 1
+    try:
+        beta = _beta(eps)
+        gamma = _gamma(eps, beta)
+        while not less_than(delta_k, dlt):
+            delta_k = _delta_k(k, beta, gamma, cache, work)
+            k += 1
+    except (TooLarge, IntervalError) as exc:
+        raise InputError(f"ed-differential-privacy: k cannot be derived for the anonymization's ε = {float(epsilon):g} "
+                         f"with δ = {float(delta):g} ({exc}); SafePub is meant for ε up to about 3 (k = 241 at ε = "
+                         "3, δ = 1e-06): choose a smaller ε or a larger δ") from None
     return beta[0], k
 
 

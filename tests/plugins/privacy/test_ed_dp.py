@@ -104,3 +104,24 @@ def test_unknown_utility_for_safepub_is_one_line():
                                           "model_params": {"epsilon": 1.0, "delta": 1e-6}})
     with pytest.raises(InputError, match="loss, precision, discernibility, entropy, aecs; not 'mi-loss'"):
         lat.check(params)
+
+
+@pytest.mark.parametrize("epsilon", [50.0])
+def test_an_epsilon_whose_k_cannot_be_derived_is_refused_in_one_line(epsilon):
+    from anonflow_std.common.dp_params import dp_settings
+
+    with pytest.raises(InputError, match=r"k cannot be derived for the anonymization's ε = 45 with δ = 1e-06 "
+                                         r"\(undecidable relationship\); SafePub is meant for ε up to about 3"):
+        dp_settings({"epsilon": epsilon, "delta": 1e-6})
+
+
+def test_a_derivation_past_its_work_limit_is_refused_not_left_running(monkeypatch):
+    import anonflow_std.common.dp_params as dp
+
+    monkeypatch.setattr(dp, "MAX_TERMS", 1000)  # (1, 1e-6) needs about 9,000 terms
+    dp.safepub_parameters.cache_clear()
+    try:
+        with pytest.raises(InputError, match="more than 1000 binomial terms"):
+            dp.safepub_parameters(0.9, 1e-6)
+    finally:
+        dp.safepub_parameters.cache_clear()
