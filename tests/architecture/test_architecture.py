@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import re
 from collections import Counter
 from pathlib import Path
 

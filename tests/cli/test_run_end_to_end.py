@@ -9,7 +9,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from tests.support.helpers import CENSUS_QI, census_workflow, write
+from tests.support.helpers import CENSUS_QI, census_workflow
 
 
 def run_json(cli, *args):

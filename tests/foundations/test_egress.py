@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import socket
-import stat
 import textwrap
 import threading
 import time

@@ -15,7 +15,7 @@ from anonflow import registry as plugins
 from anonflow.api import CLASS, Algorithm, Hierarchy, HierarchyBuilder, Metric, Output, Param, Publisher, hookimpl
 from anonflow.errors import PluginError
 
-from tests.support.helpers import census_workflow, write
+from tests.support.helpers import census_workflow
 from tests.support.mockplugins import Provider, census_using, use
 
 ROOT = Path(__file__).resolve().parents[2]

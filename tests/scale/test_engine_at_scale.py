@@ -19,7 +19,7 @@ from anonflow.store import Store
 from anonflow.table import table_hash
 
 from tests.support.helpers import DATA, census_workflow, write
-from tests.support.mockplugins import Provider, census_using, use
+from tests.support.mockplugins import census_using
 
 
 def run_json(cli, *args):

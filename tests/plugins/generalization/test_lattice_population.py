@@ -11,10 +11,8 @@ fail in one line."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helpers import CENSUS_QI, DATA, census_project, census_workflow, cli_invoker
+from tests.support.helpers import CENSUS_QI, census_project, census_workflow, cli_invoker
 from tests.plugins.publishing.test_release import RELEASE, failures, run_json, verify
 from tests.plugins.publishing.test_release_trust import SIGNED, forge, keygen
 
