@@ -17,10 +17,10 @@ __version__ = "0.1.0"
 # for type checkers: the engine's modules import __version__ from this package, and an import of
 # the API here would close a cycle through the session).
 _LAZY = {"load": "workflow_api", "Workflow": "workflow_api", "Result": "workflow_api",
-         "Anonymized": "workflow_api", "anonymize": "workflow_api", "purge": "workflow_api"}
+         "Anonymized": "workflow_api", "anonymize": "workflow_api", "purge": "workflow_api", "budget": "workflow_api"}
 
 __all__ = ["AnonflowError", "Anonymized", "InputError", "PluginError", "Result", "RunError", "StoreError",
-           "Workflow", "WorkflowError", "anonymize", "load", "purge", "__version__"]
+           "Workflow", "WorkflowError", "anonymize", "budget", "load", "purge", "__version__"]
 
 
 def __getattr__(name: str) -> object:

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     import pandas
     import pyarrow as pa
 
-__all__ = ["Anonymized", "Result", "Workflow", "anonymize", "load"]
+__all__ = ["Anonymized", "Result", "Workflow", "anonymize", "budget", "load"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: ``set=``: ``{"grouped.k": 10}`` or ``["grouped.k=10"]`` (the CLI's ``--set`` text)
@@ -561,6 +561,15 @@ def purge(db: PathLike, *, everything: bool = False, runs: Sequence[str] | None 
     what ``anonflow purge --json`` prints (``tables``, ``rows``, ``runs``, sizes...)."""
     return purge_file(os.fspath(db), everything=everything, runs=runs, older_than=older_than, keep=keep,
                       dry_run=dry_run)
+
+
+def budget(db: PathLike, source: str | None = None) -> list[dict[str, Any]]:
+    """The differential privacy each source has spent, from the privacy ledger of the store file
+    ``db``, as ``anonflow budget --json`` prints it: per source its ``budget`` (as the latest
+    workflow that declared one states it), ``spent`` (composed by OpenDP, the composition
+    named), ``left`` and its ``charges``. ``source``: a source's name or a prefix of its content
+    hash (default: every source the ledger knows). docs/differential-privacy.md."""
+    return Session(os.fspath(db)).budgets(source)
 
 
 def anonymize(data: Any, algorithm: str = "mdav", *, quasi: Any, sensitive: Any = None, label: Any = None,

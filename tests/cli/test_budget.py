@@ -37,6 +37,10 @@ def test_budget_shows_budget_spent_and_left(cli, tmp_path):
     assert [(a["source"], a["charges"], a["spent"]["composition"]) for a in got] == [("people", 2, "basic")]
     assert got[0]["left"] == {"epsilon": pytest.approx(1.25), "delta": pytest.approx(8e-7)}
     assert got[0]["spent"]["epsilon"] == pytest.approx(0.75)
+    # the Python API reads the same ledger: anonflow.budget is `anonflow budget --json`
+    import anonflow
+
+    assert json.loads(json.dumps(anonflow.budget(tmp_path / "s.duckdb"), default=str)) == got
 
 
 def test_a_source_by_name_or_hash_prefix_and_an_unknown_one(cli, tmp_path):
