@@ -41,8 +41,8 @@ from anonflow.api import InputError, Metric, Param, StepContext, TypedTable
 
 from .. import __version__
 from .attacks import CONFIDENCE, CONTROL, attack_risk, control_table, encode
-from .singling_multi import (EQ, GE, GT, LE, LT, NE, NOT_NULL, NULL, fit_size_correction, multivariate_risk,
-                             probability_integral)
+from .singling_multi import (EQ, GE, GT, LE, LT, NE, NOT_NULL, NULL, corrected_control, fit_size_correction,
+                             multivariate_risk, probability_integral)
 
 __all__ = ["EQ", "GE", "GT", "LE", "LT", "NE", "NOT_NULL", "NULL", "SinglingOutRisk", "distinct_records",
            "probability_integral", "query_counts", "size_correction", "univariate_queries"]
@@ -195,15 +195,8 @@ class SinglingOutRisk(Metric):
         s_c: float = int((query_counts(C, *queries) == 1).sum())
         correction, fitted = 1.0, 1.0
         if C.shape[0] != O.shape[0] and queries[0].size and C.shape[0] > 1:
-            try:
-                correction = size_correction(C, queries, O.shape[0], ctx.rng)
-            except (RuntimeError, ValueError) as exc:  # least squares found no fit (anonymeter stops here)
-                fitted = 0.0
-                ctx.note(f"{self.name}: the control count is not corrected for the control set's size "
-                         f"({C.shape[0]} against {O.shape[0]} distinct records): the size model could not be fitted "
-                         f"({exc}); a query of a rare value singles out less often in fewer records, so the risk "
-                         "is more likely over- than underestimated")
-            s_c = min(s_c * correction, float(n_att))  # a rate above 1 has no Wilson interval
+            s_c, correction, fitted = corrected_control(self.name, s_c, n_att, C.shape[0], O.shape[0], ctx,
+                                                        lambda: size_correction(C, queries, O.shape[0], ctx.rng))
         s_b = int((query_counts(O, *random_queries(R, numeric, ctx.rng, n_att)) == 1).sum())
         ctx.note(f"{self.name}: {queries[0].size} univariate queries single out one released record; "
                  f"{s_t} single out one original and {s_c:.6g} one control record"

@@ -24,7 +24,7 @@ of queries; "exactly one" first on every 16th row (two matches there rule a quer
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -253,6 +253,25 @@ def probability_integral(n: np.ndarray, w: float) -> np.ndarray:
     return (1.0 - (n * w + 1.0) * (1.0 - w) ** n) / (n + 1.0)
 
 
+def corrected_control(name: str, s_c: float, n_att: int, n_control: int, n_original: int, ctx: Any,
+                      fit: Callable[[], float]) -> tuple[float, float, float]:
+    """``(count, correction, fitted)``: the control count times the size correction ``fit()``
+    gives, capped at ``n_att`` (a rate above 1 has no Wilson interval). When least squares finds
+    no fit (scipy's RuntimeError, where anonymeter stops), the count stays as counted, a note
+    says so and ``fitted`` is 0: a query of a rare value singles out less often in fewer
+    records, so the risk is then more likely over- than underestimated."""
+    correction, fitted = 1.0, 1.0
+    try:
+        correction = fit()
+    except (RuntimeError, ValueError) as exc:
+        fitted = 0.0
+        ctx.note(f"{name}: the control count is not corrected for the control set's size "
+                 f"({n_control} against {n_original} distinct records): the size model could not be fitted "
+                 f"({exc}); a query of a rare value singles out less often in fewer records, so the risk "
+                 "is more likely over- than underestimated")
+    return min(s_c * correction, float(n_att)), correction, fitted
+
+
 def fit_size_correction(n: int, n_original: int, rng: np.random.Generator,
                         successes: Callable[[np.ndarray], int]) -> float:
     """``f(n_original) / f(n)`` with ``f(x) = norm * probability_integral(x, w)`` fitted by least
@@ -295,15 +314,9 @@ def multivariate_risk(name: str, R: np.ndarray, O: np.ndarray, C: np.ndarray, nu
         else:  # too many matches to keep: count each subsample afresh
             def successes(rows: np.ndarray) -> int:
                 return int(Ranks(C[rows]).single(*queries).sum())
-        try:
-            correction = fit_size_correction(C.shape[0], O.shape[0], ctx.rng, successes)
-        except (RuntimeError, ValueError) as exc:  # least squares found no fit (anonymeter stops here)
-            fitted = 0.0
-            ctx.note(f"{name}: the control count is not corrected for the control set's size "
-                     f"({C.shape[0]} against {O.shape[0]} distinct records): the size model could not be fitted "
-                     f"({exc}); a query of a rare value singles out less often in fewer records, so the risk "
-                     "is more likely over- than underestimated")
-        s_c = min(s_c * correction, float(n_att))  # a rate above 1 has no Wilson interval
+        s_c, correction, fitted = corrected_control(
+            name, s_c, n_att, C.shape[0], O.shape[0], ctx,
+            lambda: fit_size_correction(C.shape[0], O.shape[0], ctx.rng, successes))
     s_b = int(ranks_o.single(*random_conjunctions(R, numeric, ctx.rng, n_att, n_cols)).sum()) if R.shape[0] else 0
     ctx.note(f"{name}: {n_q} multivariate queries on {n_cols} columns single out one released record "
              f"({attempts} attempts); {s_t} single out one original and {s_c:.6g} one control record"
