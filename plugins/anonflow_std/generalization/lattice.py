@@ -87,7 +87,7 @@ from .. import __version__
 from ..common.columns import grading_of, real_counts, real_distinct, sensitive_column
 from ..common.dp_params import dp_settings, privacy_loss_of
 from ..common.hierarchy_levels import HierarchyLoss, Levels, need_hierarchies
-from .lattice_search import Part, Scorer, Search, Space, Verdict
+from .lattice_search import Part, Scorer, Search, Space, Verdict, node_output
 from .safepub import check_utility, run_safepub
 
 #: search a frequency table (distinct QI and sensitive combinations with their records)
@@ -351,16 +351,10 @@ class Lattice(Algorithm):
         part = space.partition(levels)
         ok = holds(part)
         classes = space.classes(part)
-        kept = ok[classes]
-        new_id = np.cumsum(ok) - 1
-        class_ids = pa.array(new_id[classes], mask=~kept, type=pa.int64())
         # the published table is written by the store: the generalized QIs and the classes,
         # joined by position to the columns the node leaves as they are, or (frequency table)
         # joined to the records by their QI values
-        gen = dict(zip(quasi, space.published(levels, dictionary=True)))
-        gen[CLASS] = class_ids
-        cols = [c for c in table.columns if c != CLASS]
-        select = ", ".join(f"g.{sql_ident(c)}" if c in gen else f"t.{sql_ident(c)}" for c in cols)
+        gen, select = node_output(space, quasi, levels, ok, classes, ok[classes], table.columns)
         if units is None:
             out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
                              base=table, gen=pa.table(gen))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from anonflow.api import InputError, TypedTable
+from anonflow.api import CLASS, InputError, TypedTable, sql_ident
 
 from ..common.hierarchy_levels import Levels, LossModel
 
@@ -473,3 +473,15 @@ class Search:
             dst[axis] = slice(1, None)
             below[tuple(dst)] |= sat[tuple(src)]
         return sat & ~below
+
+
+def node_output(space: "Space", quasi: list[str], levels: tuple[int, ...], ok: np.ndarray, classes: np.ndarray,
+                kept: np.ndarray, columns: list[str]) -> tuple[dict[str, pa.Array], str]:
+    """What a node publishes: the generalized quasi-identifiers and ``_class`` (the classes
+    ``ok`` numbered from 0 in order, null for a record not ``kept``), and the SELECT list that
+    takes them from ``g`` and the table's other ``columns`` from ``t``."""
+    new_id = np.cumsum(ok) - 1
+    gen = dict(zip(quasi, space.published(levels, dictionary=True)))
+    gen[CLASS] = pa.array(new_id[classes], mask=~kept, type=pa.int64())
+    select = ", ".join(f"g.{sql_ident(c)}" if c in gen else f"t.{sql_ident(c)}" for c in columns if c != CLASS)
+    return gen, select

@@ -43,7 +43,7 @@ import pyarrow as pa
 from anonflow.api import CLASS, InputError, StepContext, TypedTable, sql_ident
 
 from ..common.dp_params import dp_settings
-from .lattice_search import Part, Space
+from .lattice_search import Part, Space, node_output
 
 UTILITIES = ("loss", "precision", "discernibility", "entropy", "aecs")
 
@@ -189,12 +189,7 @@ def run_safepub(table: TypedTable, params: Mapping[str, Any], mparams: Mapping[s
     ok = part.sizes >= s["k"]
     classes = space.classes(part)
     kept = ok[classes] & sampled
-    new_id = np.cumsum(ok) - 1
-    class_ids = pa.array(new_id[classes], mask=~kept, type=pa.int64())
-    gen = dict(zip(quasi, space.published(levels, dictionary=True)))
-    gen[CLASS] = class_ids
-    cols = [c for c in table.columns if c != CLASS]
-    select = ", ".join(f"g.{sql_ident(c)}" if c in gen else f"t.{sql_ident(c)}" for c in cols)
+    gen, select = node_output(space, quasi, levels, ok, classes, kept, table.columns)
     out = ctx.derive(f"SELECT {select}, g.{sql_ident(CLASS)} FROM base t POSITIONAL JOIN gen g",
                      base=table, gen=pa.table(gen))
 
